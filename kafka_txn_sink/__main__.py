@@ -1,0 +1,3 @@
+from kafka_txn_sink.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""The input columns of records mode, as Spark's own Kafka sink reads them.
+
+`value` (string or binary, required), `key` (string or binary), `topic` (string), `partition`
+(int) and `headers` (array<struct<key: string, value: binary>>) are used; other columns are
+ignored, as Spark's sink does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from kafka_txn_sink.errors import ConfigError, InputError
+
+_BYTES_TYPES = (BinaryType, StringType)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Positions of the used columns in the input rows (None when absent)."""
+
+    value: int
+    key: int | None
+    topic: int | None
+    partition: int | None
+    headers: int | None
+
+
+def plan_columns(schema: StructType, default_topic: str | None) -> Columns:
+    """Check the input schema once, on the driver.
+
+    Raises:
+        InputError: a column has a type the sink cannot write.
+        ConfigError: there is neither a `topic` option nor a `topic` column.
+    """
+    fields = {f.name.lower(): (i, f.dataType) for i, f in enumerate(schema.fields)}
+    if "value" not in fields:
+        raise InputError(
+            f"column value is required (string or binary); the input has "
+            f"{', '.join(f.name for f in schema.fields) or 'no columns'}"
+        )
+    _require(fields, "value", _BYTES_TYPES, "string or binary")
+    _require(fields, "key", _BYTES_TYPES, "string or binary")
+    _require(fields, "topic", (StringType,), "string")
+    _require(fields, "partition", (IntegerType,), "int")
+    if "headers" in fields and not _is_headers(fields["headers"][1]):
+        raise InputError(
+            f"column headers must be array<struct<key: string, value: binary>>, "
+            f"found {fields['headers'][1].simpleString()}"
+        )
+    if default_topic is None and "topic" not in fields:
+        raise ConfigError("option topic is required when the input has no topic column")
+    return Columns(
+        value=fields["value"][0],
+        key=_position(fields, "key"),
+        topic=_position(fields, "topic"),
+        partition=_position(fields, "partition"),
+        headers=_position(fields, "headers"),
+    )
+
+
+def as_bytes(value: Any, column: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise InputError(f"column {column} holds a {type(value).__name__}, not string or binary")
+
+
+def as_headers(value: Any) -> list[tuple[str, bytes | None]] | None:
+    if not value:
+        return None
+    headers = []
+    for item in value:
+        if item is None or item[0] is None:
+            raise InputError("column headers holds a header without a key")
+        headers.append((str(item[0]), as_bytes(item[1], "headers.value")))
+    return headers
+
+
+def _require(
+    fields: dict[str, tuple[int, DataType]], name: str, types: tuple[type, ...], wanted: str
+) -> None:
+    if name in fields and not isinstance(fields[name][1], types):
+        raise InputError(
+            f"column {name} must be {wanted}, found {fields[name][1].simpleString()}"
+        )
+
+
+def _position(fields: dict[str, tuple[int, DataType]], name: str) -> int | None:
+    return fields[name][0] if name in fields else None
+
+
+def _is_headers(data_type: DataType) -> bool:
+    if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
+        return False
+    inner = data_type.elementType.fields
+    return (
+        len(inner) == 2
+        and isinstance(inner[0].dataType, StringType)
+        and isinstance(inner[1].dataType, _BYTES_TYPES)
+    )

@@ -1,0 +1,231 @@
+"""The commit log as small JSON objects in a directory or an S3 prefix.
+
+Layout under the root:
+
+    _sink.json                          which sink the log belongs to (SinkMeta)
+    decisions/00000000000000000042.json batch 42 commits these participants (Decision)
+    completions/00000000000000000042.json every participant of batch 42 is settled (Completion)
+    _hints/last_completed.json          a batch id at or below which everything is complete
+
+Records are created put-if-absent and never overwritten. The hint is only an optimisation that
+spares listing a long log from the start; it is written with a plain overwrite, and a missing,
+unparsable or dangling hint just means listing from the start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
+from kafka_txn_sink.records import Completion, Decision, SinkMeta
+from kafka_txn_sink.storage import Storage
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+SINK = "_sink.json"
+DECISIONS = "decisions/"
+COMPLETIONS = "completions/"
+HINT = "_hints/last_completed.json"
+
+_BATCH_NAME = re.compile(r"^(\d{20})\.json$")
+
+
+class JsonCommitLog:
+    """One JSON object per record, on any `Storage` with put-if-absent."""
+
+    def __init__(self, storage: Storage, *, recent: int = 20) -> None:
+        self.storage = storage
+        # How many of the latest decisions max_partition_count() reads.
+        self.recent = recent
+
+    def __repr__(self) -> str:
+        return f"JsonCommitLog({self.uri!r})"
+
+    @property
+    def uri(self) -> str:
+        return self.storage.uri
+
+    def sink_meta(self) -> SinkMeta | None:
+        return self._read(SINK, SinkMeta.from_json)
+
+    def create(self, meta: SinkMeta) -> SinkMeta:
+        """Claim the log for `meta.sink_id`, or return the claim already there if it is ours."""
+        existing = meta
+        if not self.storage.put_if_absent(SINK, meta.to_json()):
+            existing = self._read_existing(SINK, SinkMeta.from_json)
+        if existing.sink_id != meta.sink_id:
+            raise CommitLogError(
+                f"commit log {self.uri} belongs to sink {existing.sink_id}, not {meta.sink_id}"
+            )
+        return existing
+
+    def put_decision(self, decision: Decision) -> None:
+        """Record the decision; an identical one already there is our own earlier attempt.
+
+        Raises:
+            CommitLogConflictError: a different decision exists for the batch (kept as it is).
+            CommitLogError: the existing record is empty or unreadable (kept as it is).
+        """
+        name = decision_name(decision.batch_id)
+        if self.storage.put_if_absent(name, decision.to_json()):
+            return
+        existing = self._read_existing(name, Decision.from_json)
+        if not existing.same_decision(decision):
+            raise CommitLogConflictError(
+                f"batch {decision.batch_id} already has a different decision in {self.uri}: "
+                f"recorded by query {existing.query_id} with {len(existing.participants)} "
+                f"participant(s) of {existing.tasks} task(s), {existing.rows} row(s); ours is "
+                f"query {decision.query_id} with {len(decision.participants)} participant(s) of "
+                f"{decision.tasks} task(s), {decision.rows} row(s); nothing was overwritten"
+            )
+
+    def decision(self, batch_id: int) -> Decision | None:
+        found = self._read(decision_name(batch_id), Decision.from_json)
+        if found is not None and found.batch_id != batch_id:
+            raise CommitLogError(
+                f"{self.uri}/{decision_name(batch_id)} holds the decision of batch {found.batch_id}"
+            )
+        return found
+
+    def has_decision(self, batch_id: int) -> bool:
+        return self.storage.exists(decision_name(batch_id))
+
+    def put_completion(self, completion: Completion) -> Completion:
+        """Mark the batch complete; if it already is, the marker already there wins."""
+        name = completion_name(completion.batch_id)
+        if self.storage.put_if_absent(name, completion.to_json()):
+            return completion
+        return self._read_existing(name, Completion.from_json)
+
+    def completion(self, batch_id: int) -> Completion | None:
+        found = self._read(completion_name(batch_id), Completion.from_json)
+        if found is not None and found.batch_id != batch_id:
+            raise CommitLogError(
+                f"{self.uri}/{completion_name(batch_id)} holds the completion of batch "
+                f"{found.batch_id}"
+            )
+        return found
+
+    def decided_batches(self, after: int | None = None) -> list[int]:
+        """Every decided batch id above `after` (all of them when None or negative), ascending."""
+        return self._batches(DECISIONS, after)
+
+    def latest_decision(self) -> Decision | None:
+        hint = self.last_completed_hint()
+        batches = self.decided_batches(after=hint)
+        if batches:
+            return self.decision(batches[-1])
+        found = self.decision(hint) if hint is not None else None
+        if found is None and hint is not None:
+            # A completion without its decision: the hint cannot be trusted, list everything.
+            batches = self.decided_batches()
+            found = self.decision(batches[-1]) if batches else None
+        return found
+
+    def incomplete_batches(self) -> list[int]:
+        """Decided batches without a completion marker, above the hint, ascending."""
+        hint = self.last_completed_hint()
+        completed = set(self._batches(COMPLETIONS, hint))
+        return [b for b in self.decided_batches(after=hint) if b not in completed]
+
+    def last_completed_hint(self) -> int | None:
+        """The hinted batch id if it is usable: parsable, and that batch really is complete."""
+        try:
+            data = self.storage.get(HINT)
+            batch_id = _parse_hint(data) if data is not None else None
+            if batch_id is None or not self.storage.exists(completion_name(batch_id)):
+                return None
+        except CommitLogError as exc:
+            log.warning("ignoring the commit log hint of %s: %s", self.uri, exc)
+            return None
+        return batch_id
+
+    def write_hint(self, batch_id: int) -> None:
+        """Best effort: tell later readers that every batch up to `batch_id` is complete."""
+        body = {"kind": "hint", "last_completed": batch_id, "version": 1}
+        try:
+            self.storage.put(HINT, json.dumps(body, sort_keys=True).encode())
+        except Exception as exc:
+            log.warning("could not write the commit log hint of %s: %s", self.uri, exc)
+
+    def max_partition_count(self) -> int:
+        """How many transactional ids recent batches used: the bound for an id-by-id clean-up."""
+        latest = self.latest_decision()
+        if latest is None:
+            return 0
+        batches = self.decided_batches(after=latest.batch_id - self.recent)
+        count = 0
+        for batch_id in batches[-self.recent :]:
+            found = latest if batch_id == latest.batch_id else self.decision(batch_id)
+            if found is not None:
+                count = max(count, _partition_count(found))
+        return count
+
+    def _batches(self, prefix: str, after: int | None) -> list[int]:
+        if after is not None and after < 0:
+            after = None
+        start_after = _batch_name(prefix, after) if after is not None else None
+        ids = (_batch_of(name, prefix) for name in self.storage.list(prefix, start_after))
+        return sorted(b for b in ids if b is not None and (after is None or b > after))
+
+    def _read(self, name: str, parse: Callable[[bytes], R]) -> R | None:
+        data = self.storage.get(name)
+        return None if data is None else self._parse(name, data, parse)
+
+    def _read_existing(self, name: str, parse: Callable[[bytes], R]) -> R:
+        """Read back a record that put-if-absent found; never overwrite it, whatever it holds."""
+        data = self.storage.get(name)
+        if data is None:
+            raise CommitLogError(
+                f"{self.uri}/{name} exists but could not be read back; nothing was overwritten"
+            )
+        return self._parse(name, data, parse)
+
+    def _parse(self, name: str, data: bytes, parse: Callable[[bytes], R]) -> R:
+        if not data:
+            raise CommitLogError(
+                f"{self.uri}/{name} is empty; it was not written by kafka_txn_sink's put-if-absent "
+                "and is left as it is: inspect it and restore it by hand"
+            )
+        try:
+            return parse(data)
+        except CommitLogError as exc:
+            raise CommitLogError(f"{self.uri}/{name}: {exc}; it is left as it is") from exc
+
+
+def decision_name(batch_id: int) -> str:
+    return _batch_name(DECISIONS, batch_id)
+
+
+def completion_name(batch_id: int) -> str:
+    return _batch_name(COMPLETIONS, batch_id)
+
+
+def _batch_name(prefix: str, batch_id: int) -> str:
+    if batch_id < 0:
+        raise CommitLogError(f"batch ids are not negative, got {batch_id}")
+    return f"{prefix}{batch_id:020d}.json"
+
+
+def _batch_of(name: str, prefix: str) -> int | None:
+    match = _BATCH_NAME.match(name[len(prefix) :])
+    return int(match.group(1)) if match else None
+
+
+def _parse_hint(data: bytes) -> int | None:
+    try:
+        body = json.loads(data)
+        batch_id = body["last_completed"] if isinstance(body, dict) else None
+    except (ValueError, KeyError):
+        return None
+    return batch_id if isinstance(batch_id, int) and batch_id >= 0 else None
+
+
+def _partition_count(decision: Decision) -> int:
+    return max([decision.tasks, *(p.partition + 1 for p in decision.participants)])

@@ -1,0 +1,268 @@
+"""Talks to the transaction coordinators: EndTxn for transactions opened by other processes,
+DescribeTransactions for the prepare check, ListTransactions for the clean-up.
+
+No Kafka client commits a transaction it did not open (KIP-939 is unreleased), so the driver
+sends EndTxn itself. The broker checks only (transactional id, producer id, epoch) and the WRITE
+ACL on the transactional id, not the connection. Requests go through kafka-python's admin
+connection manager (a private interface of the pinned kafka-python), which brings SASL and TLS.
+EndTxn is sent at version <= 3, the transaction protocol (TV1) librdkafka's tasks use.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kafka.errors as kafka_errors
+from kafka.admin import KafkaAdminClient
+from kafka.protocol.admin.transactions import (
+    DescribeTransactionsRequest,
+    ListTransactionsRequest,
+)
+from kafka.protocol.metadata import CoordinatorType
+from kafka.protocol.producer import EndTxnRequest
+
+from kafka_txn_sink.errors import KafkaUnavailableError
+from kafka_txn_sink.records import Triple
+
+log = logging.getLogger(__name__)
+
+END_TXN_MAX_VERSION = 3
+
+ONGOING = "Ongoing"
+NOT_FOUND = "NotFound"
+
+# librdkafka setting -> kafka-python admin setting, for what a secured cluster needs.
+_SECURITY_SETTINGS = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+}
+
+
+@dataclass(frozen=True)
+class TxnState:
+    """One transactional id as its coordinator describes it."""
+
+    transactional_id: str
+    state: str
+    producer_id: int = -1
+    producer_epoch: int = -1
+    timeout_ms: int = 0
+    start_ms: int = -1
+
+    @property
+    def triple(self) -> Triple:
+        return Triple(self.transactional_id, self.producer_id, self.producer_epoch)
+
+
+@dataclass(frozen=True)
+class EndTxnResult:
+    triple: Triple
+    error: str | None  # None: the coordinator accepted it
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def admin_settings(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> dict[str, Any]:
+    settings: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "client_id": "kafka-txn-sink-driver",
+        "request_timeout_ms": timeout_ms,
+        "bootstrap_timeout_ms": timeout_ms,
+        "reconnect_backoff_max_ms": 1000,
+    }
+    for name, value in kafka.items():
+        target = _SECURITY_SETTINGS.get(name.lower())
+        if target:
+            settings[target] = value.upper() if target == "security_protocol" else value
+    return settings
+
+
+class Coordinator:
+    """A driver-side client of the transaction coordinators. Close it when done."""
+
+    def __init__(self, bootstrap: str, kafka: Mapping[str, str], timeout_ms: int = 30_000):
+        self._timeout_ms = timeout_ms
+        try:
+            self._admin = KafkaAdminClient(**admin_settings(bootstrap, kafka, timeout_ms))
+        except kafka_errors.KafkaError as exc:
+            raise KafkaUnavailableError(
+                f"cannot reach Kafka at kafka.bootstrap.servers={bootstrap}: {exc}"
+            ) from exc
+        self._manager = self._admin._manager
+        self._net = self._manager._net
+
+    def close(self) -> None:
+        try:
+            self._admin.close()
+        except Exception:  # closing is best effort; the sockets die with the process anyway
+            log.debug("closing the admin client failed", exc_info=True)
+
+    def __enter__(self) -> Coordinator:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- EndTxn -----------------------------------------------------------------------------
+
+    def end_transactions(
+        self, triples: Iterable[Triple], commit: bool, deadline_s: float
+    ) -> list[EndTxnResult]:
+        """Send EndTxn for every triple at once; retriable errors are retried until the deadline.
+
+        A repeated commit of a committed transaction answers success. Any other error is
+        reported, not raised: an error is not proof that the transaction was not committed.
+        """
+        wanted = list(triples)
+        if not wanted:
+            return []
+        deadline = time.monotonic() + deadline_s
+
+        async def run_all() -> list[EndTxnResult]:
+            # kafka-python runs its own event loop (not asyncio): schedule all, then await each.
+            futures = [
+                self._net.call_soon_with_future(self._end_one, t, commit, deadline)
+                for t in wanted
+            ]
+            return [await future for future in futures]
+
+        return self._run(run_all)
+
+    async def _end_one(self, triple: Triple, commit: bool, deadline: float) -> EndTxnResult:
+        request = EndTxnRequest(
+            transactional_id=triple.transactional_id,
+            producer_id=triple.producer_id,
+            producer_epoch=triple.producer_epoch,
+            committed=commit,
+            max_version=END_TXN_MAX_VERSION,
+        )
+        backoff = 0.05
+        last = "no answer"
+        while time.monotonic() < deadline:
+            error, detail = await self._send_end_txn(request, triple.transactional_id, deadline)
+            if error is kafka_errors.NoError:
+                return EndTxnResult(triple, None)
+            if not getattr(error, "retriable", False):
+                return EndTxnResult(triple, detail)
+            if getattr(error, "invalid_metadata", False) or error in _COORDINATOR_MOVED:
+                self._forget_coordinator(triple.transactional_id)
+            last = detail
+            await self._net.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
+            backoff = min(backoff * 2, 1.0)
+        return EndTxnResult(triple, f"deadline exceeded (last: {last})")
+
+    async def _send_end_txn(
+        self, request: EndTxnRequest, txn_id: str, deadline: float
+    ) -> tuple[type[Exception], str]:
+        try:
+            node = await self._coordinator_of(txn_id)
+            response = await self._manager.send(
+                request, node_id=node, request_timeout_ms=self._remaining_ms(deadline)
+            )
+        except kafka_errors.KafkaError as exc:
+            return type(exc), f"{type(exc).__name__}: {exc}"
+        error = kafka_errors.for_code(response.error_code)
+        return error, error.__name__
+
+    # -- DescribeTransactions ------------------------------------------------------------------
+
+    def describe(self, txn_ids: Iterable[str]) -> dict[str, TxnState]:
+        """State of each id; ids the coordinator does not know are reported as NotFound."""
+        ids = sorted(set(txn_ids))
+        if not ids:
+            return {}
+
+        async def run() -> dict[str, TxnState]:
+            by_node: dict[int, list[str]] = {}
+            for txn_id in ids:
+                by_node.setdefault(await self._coordinator_of(txn_id), []).append(txn_id)
+            states: dict[str, TxnState] = {}
+            for node, node_ids in by_node.items():
+                response = await self._manager.send(
+                    DescribeTransactionsRequest(transactional_ids=node_ids), node_id=node
+                )
+                for txn in response.transaction_states:
+                    states[txn.transactional_id] = _state_of(txn)
+            return states
+
+        return self._run(run)
+
+    # -- ListTransactions -----------------------------------------------------------------------
+
+    def list_ids(self, states: Iterable[str] = ()) -> list[str]:
+        """Every transactional id the brokers know in one of `states` (all states if empty).
+
+        Raises:
+            KafkaUnavailableError: a broker refused (e.g. no DESCRIBE permission) or timed out.
+        """
+        state_filters = list(states)
+
+        async def run() -> list[str]:
+            found: set[str] = set()
+            for broker in self._manager.cluster.brokers():
+                response = await self._manager.send(
+                    ListTransactionsRequest(
+                        state_filters=state_filters, producer_id_filters=[], min_version=0
+                    ),
+                    node_id=broker.node_id,
+                )
+                error = kafka_errors.for_code(response.error_code)
+                if error is not kafka_errors.NoError:
+                    raise error(f"ListTransactions failed on broker {broker.node_id}")
+                found.update(t.transactional_id for t in response.transaction_states)
+            return sorted(found)
+
+        return self._run(run)
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _run(self, coroutine: Any) -> Any:
+        try:
+            return self._manager.run(coroutine)
+        except kafka_errors.KafkaError as exc:
+            raise KafkaUnavailableError(f"Kafka request failed: {type(exc).__name__}: {exc}") from exc
+
+    async def _coordinator_of(self, txn_id: str) -> int:
+        node: int = await self._admin._find_coordinator_id(txn_id, CoordinatorType.TRANSACTION)
+        return node
+
+    def _forget_coordinator(self, txn_id: str) -> None:
+        self._manager.cluster._coordinators.pop((CoordinatorType.TRANSACTION, txn_id), None)
+
+    def _remaining_ms(self, deadline: float) -> int:
+        return max(100, min(self._timeout_ms, int((deadline - time.monotonic()) * 1000)))
+
+
+_COORDINATOR_MOVED = (
+    kafka_errors.NotCoordinatorError,
+    kafka_errors.CoordinatorNotAvailableError,
+)
+
+
+def _state_of(txn: Any) -> TxnState:
+    error = kafka_errors.for_code(txn.error_code)
+    if error is kafka_errors.TransactionalIdNotFoundError:
+        return TxnState(txn.transactional_id, NOT_FOUND)
+    if error is not kafka_errors.NoError:
+        raise error(f"DescribeTransactions failed for {txn.transactional_id}")
+    return TxnState(
+        transactional_id=txn.transactional_id,
+        state=str(txn.transaction_state),
+        producer_id=txn.producer_id,
+        producer_epoch=txn.producer_epoch,
+        timeout_ms=txn.transaction_timeout_ms,
+        start_ms=txn.transaction_start_time_ms,
+    )

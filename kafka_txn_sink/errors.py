@@ -1,0 +1,47 @@
+"""Errors of the sink. Each names what went wrong and, where there is one, the remedy."""
+
+from __future__ import annotations
+
+
+class KafkaTxnSinkError(Exception):
+    """Root of every error the sink raises on purpose."""
+
+
+class ConfigError(KafkaTxnSinkError):
+    """An option is missing, invalid, or owned by the sink."""
+
+
+class InputError(KafkaTxnSinkError):
+    """A row cannot be written as it is (wrong column type, null where not allowed, too large)."""
+
+
+class QueryIdMismatchError(KafkaTxnSinkError):
+    """The query writing now is not the one the commit log belongs to (checkpoint replaced)."""
+
+
+class CommitLogError(KafkaTxnSinkError):
+    """The commit log cannot be read or written, or holds something it should not."""
+
+
+class CommitLogConflictError(CommitLogError):
+    """A different record already exists for a batch; nothing was overwritten."""
+
+
+class ParticipantNotCommittableError(KafkaTxnSinkError):
+    """A prepared transaction is no longer Ongoing with its recorded producer id and epoch."""
+
+
+class TransactionTooOldError(KafkaTxnSinkError):
+    """A prepared transaction has less time left than the commit needs; the batch is not decided."""
+
+
+class TransactionLostError(KafkaTxnSinkError):
+    """A decided transaction could not be committed; its rows are recorded as lost in the log."""
+
+
+class TransactionCompletionError(KafkaTxnSinkError):
+    """A decided transaction's fate could not be settled yet; recovery will try again."""
+
+
+class KafkaUnavailableError(KafkaTxnSinkError):
+    """The brokers cannot be reached, or a request to them timed out."""

@@ -1,0 +1,108 @@
+"""Named protocol steps where a test can make a task or the driver block, fail or die.
+
+Inert unless `KAFKA_TXN_SINK_FAILPOINTS` is set, e.g.
+`KAFKA_TXN_SINK_FAILPOINTS="driver.after_decision=block;task.after_produce=raise-once"`
+with `KAFKA_TXN_SINK_FAILPOINT_DIR` naming a directory for the signal files:
+
+- `<dir>/<name>.reached` is written each time a failpoint fires (with the pid and batch);
+- `block` waits until `<dir>/<name>.release` exists (bounded by `KAFKA_TXN_SINK_FAILPOINT_MAX_S`);
+- `raise` raises `FailpointError`; `raise-once` raises only the first time (across processes);
+- `kill` sends SIGKILL to the firing process's group.
+
+An action may be limited to one batch with `@batch`, e.g. `driver.after_decision=block@2`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+ENV = "KAFKA_TXN_SINK_FAILPOINTS"
+ENV_DIR = "KAFKA_TXN_SINK_FAILPOINT_DIR"
+ENV_MAX = "KAFKA_TXN_SINK_FAILPOINT_MAX_S"
+
+# Every failpoint the protocol has, in protocol order.
+TASK_POINTS = ("task.after_init", "task.after_produce", "task.after_flush")
+DRIVER_POINTS = (
+    "driver.before_prepare_check",
+    "driver.before_decision",
+    "driver.after_decision",
+    "driver.after_first_endtxn",
+    "driver.after_completion",
+    "driver.before_cleanup",
+)
+ALL_POINTS = TASK_POINTS + DRIVER_POINTS
+
+
+class FailpointError(RuntimeError):
+    """Raised by a failpoint set to `raise`: an injected failure, never a real one."""
+
+
+def fire(name: str, batch_id: int | None = None) -> None:
+    """Run the action configured for `name`, if any. Costs one dict lookup when inert."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    if name not in ALL_POINTS:
+        raise ValueError(f"unknown failpoint {name!r}")
+    action = _actions(spec).get(name)
+    if action is None:
+        return
+    verb, _, only_batch = action.partition("@")
+    if only_batch and batch_id is not None and int(only_batch) != batch_id:
+        return
+    directory = Path(os.environ.get(ENV_DIR) or ".")
+    if verb == "raise-once" and not _first_time(directory, name):
+        return
+    _signal(directory, name, batch_id)
+    if verb == "block":
+        _block(directory, name)
+    elif verb in {"raise", "raise-once"}:
+        raise FailpointError(f"failpoint {name} fired (batch {batch_id})")
+    elif verb == "kill":
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    elif verb != "signal":
+        raise ValueError(f"unknown failpoint action {verb!r} for {name}")
+
+
+def reached(directory: Path, name: str) -> bool:
+    return (directory / f"{name}.reached").exists()
+
+
+def release(directory: Path, name: str) -> None:
+    (directory / f"{name}.release").touch()
+
+
+def _actions(spec: str) -> dict[str, str]:
+    actions = {}
+    for item in spec.split(";"):
+        if item.strip():
+            key, _, value = item.partition("=")
+            actions[key.strip()] = value.strip()
+    return actions
+
+
+def _first_time(directory: Path, name: str) -> bool:
+    try:
+        fd = os.open(directory / f"{name}.once", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def _signal(directory: Path, name: str, batch_id: int | None) -> None:
+    line = json.dumps({"pid": os.getpid(), "batch": batch_id, "at": time.time()})
+    with open(directory / f"{name}.reached", "a") as out:
+        out.write(line + "\n")
+
+
+def _block(directory: Path, name: str) -> None:
+    deadline = time.monotonic() + float(os.environ.get(ENV_MAX, "600"))
+    while not (directory / f"{name}.release").exists():
+        if time.monotonic() > deadline:
+            raise FailpointError(f"failpoint {name} was never released")
+        time.sleep(0.05)

@@ -1,0 +1,262 @@
+"""A task's transactional producer: opens, fills and prepares one transaction, never commits it.
+
+confluent-kafka 2.16's `close()` (and `with Producer(...)`) aborts the open transaction, so a
+prepared producer is only dropped: deallocation destroys the client without sending EndTxn,
+and the transaction stays Ongoing on the coordinator until the driver completes it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from kafka_txn_sink.errors import InputError, KafkaTxnSinkError, KafkaUnavailableError
+from kafka_txn_sink.records import OffsetRanges, Triple
+
+STATS_INTERVAL_MS = 100
+MAX_MESSAGE_TIMEOUT_MS = 120_000
+
+
+def producer_config(
+    bootstrap: str, kafka: Mapping[str, str], txn_id: str, txn_timeout_ms: int
+) -> dict[str, Any]:
+    """Every setting the protocol depends on is set here explicitly; users tune the rest."""
+    config: dict[str, Any] = {
+        "partitioner": "murmur2_random",  # the partitions Java clients (and Spark's sink) pick
+        "linger.ms": 20,
+        "socket.timeout.ms": 30_000,
+        "message.timeout.ms": min(MAX_MESSAGE_TIMEOUT_MS, txn_timeout_ms),
+    }
+    config.update(kafka)
+    config.update(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": txn_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "transaction.timeout.ms": txn_timeout_ms,
+            "statistics.interval.ms": STATS_INTERVAL_MS,
+        }
+    )
+    if int(config["message.timeout.ms"]) > txn_timeout_ms:
+        config["message.timeout.ms"] = txn_timeout_ms
+    return config
+
+
+@dataclass
+class _Deliveries:
+    """Delivery reports of one transaction: offsets per partition and the first error."""
+
+    ranges: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    error: KafkaError | None = None
+    error_topic: str | None = None
+    delivered: int = 0
+
+    def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            if self.error is None:
+                self.error, self.error_topic = err, msg.topic()
+            return
+        self.delivered += 1
+        key = (msg.topic() or "", msg.partition() or 0)
+        offset = msg.offset() or 0
+        seen = self.ranges.get(key)
+        if seen is None:
+            self.ranges[key] = [offset, offset]
+        else:
+            seen[0], seen[1] = min(seen[0], offset), max(seen[1], offset)
+
+    def offsets(self) -> OffsetRanges:
+        result: OffsetRanges = {}
+        for (topic, partition), (first, last) in sorted(self.ranges.items()):
+            result.setdefault(topic, {})[partition] = (first, last)
+        return result
+
+
+@dataclass
+class _EosStats:
+    """The statistics `eos` object: the only place librdkafka shows producer id and epoch."""
+
+    wanted: bool = False
+    latest: dict[str, Any] = field(default_factory=dict)
+
+    def on_stats(self, raw: str) -> None:
+        if self.wanted:  # parsing every sample would cost CPU on the produce path
+            self.latest = json.loads(raw).get("eos", {})
+
+
+@dataclass(frozen=True)
+class Prepared:
+    triple: Triple
+    rows: int
+    offsets: OffsetRanges
+    prepared_at_ms: int
+
+
+class TaskTransaction:
+    """One transaction of one task attempt: init, begin, send..., prepare (or abort)."""
+
+    def __init__(self, config: Mapping[str, Any], timeout_s: float):
+        self._timeout_s = timeout_s
+        self._deliveries = _Deliveries()
+        self._stats = _EosStats()
+        self._txn_id = str(config["transactional.id"])
+        self._producer: Producer | None = Producer(
+            {
+                **config,
+                "on_delivery": self._deliveries.on_delivery,
+                "stats_cb": self._stats.on_stats,
+            }
+        )
+        self._sent = 0
+
+    @property
+    def transactional_id(self) -> str:
+        return self._txn_id
+
+    def init(self) -> None:
+        """Fence every earlier producer of this id (aborting its open transaction), then begin."""
+        try:
+            self._client.init_transactions(self._timeout_s)
+            self._client.begin_transaction()
+        except KafkaException as exc:
+            raise _kafka_failure(f"init_transactions for {self._txn_id}", exc) from exc
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: list[tuple[str, bytes | None]] | None = None,
+    ) -> None:
+        kwargs: dict[str, Any] = {"value": value, "key": key}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if headers:
+            kwargs["headers"] = headers
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                self._client.produce(topic, **kwargs)
+                break
+            except BufferError:
+                if time.monotonic() > deadline:
+                    raise KafkaUnavailableError(
+                        f"the producer queue of {self._txn_id} stayed full for "
+                        f"{self._timeout_s:.0f}s; is the broker reachable?"
+                    ) from None
+                self._client.poll(0.05)
+            except KafkaException as exc:
+                raise _produce_failure(topic, value, key, exc) from exc
+        self._sent += 1
+        if self._sent % 1000 == 0:
+            self._client.poll(0)
+        self._raise_delivery_error()
+
+    def prepare(self) -> Prepared | None:
+        """Flush and read the triple. None when nothing was sent (the transaction is aborted).
+
+        Raises:
+            InputError / KafkaTxnSinkError: a record was refused; the transaction is aborted.
+        """
+        if self._sent == 0:
+            self.abort()
+            return None
+        remaining = self._client.flush(self._timeout_s)
+        self._raise_delivery_error()
+        if remaining:
+            raise KafkaUnavailableError(
+                f"{remaining} records of {self._txn_id} were not delivered within "
+                f"{self._timeout_s:.0f}s"
+            )
+        if self._deliveries.delivered != self._sent:
+            raise KafkaTxnSinkError(
+                f"{self._txn_id}: {self._sent} records sent, {self._deliveries.delivered} "
+                f"delivery reports"
+            )
+        triple = self._read_triple()
+        return Prepared(
+            triple=triple,
+            rows=self._sent,
+            offsets=self._deliveries.offsets(),
+            prepared_at_ms=int(time.time() * 1000),
+        )
+
+    def abort(self) -> None:
+        if self._producer is None:
+            return
+        try:
+            self._producer.abort_transaction(self._timeout_s)
+        except KafkaException:
+            pass  # the coordinator aborts it on timeout, or the next attempt's init fences it
+
+    def detach(self) -> None:
+        """Drop the client without closing it, so a prepared transaction stays open."""
+        self._producer = None
+
+    @property
+    def _client(self) -> Producer:
+        if self._producer is None:
+            raise KafkaTxnSinkError(f"the producer of {self._txn_id} was already detached")
+        return self._producer
+
+    def _raise_delivery_error(self) -> None:
+        error = self._deliveries.error
+        if error is None:
+            return
+        self.abort()
+        if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            raise InputError(
+                f"a record for topic {self._deliveries.error_topic} is larger than the "
+                f"broker accepts (message.max.bytes / max.message.bytes): check the value "
+                f"and key columns; nothing of this batch is published"
+            )
+        raise KafkaTxnSinkError(
+            f"delivery to {self._deliveries.error_topic} failed in {self._txn_id}: "
+            f"{error.str()}; nothing of this batch is published"
+        )
+
+    def _read_triple(self) -> Triple:
+        self._stats.wanted = True
+        self._stats.latest = {}
+        deadline = time.monotonic() + max(5.0, 20 * STATS_INTERVAL_MS / 1000)
+        while time.monotonic() < deadline:
+            self._client.poll(STATS_INTERVAL_MS / 1000)
+            eos = self._stats.latest
+            if eos.get("txn_state") == "InTransaction" and eos.get("epoch_cnt") == 1:
+                return Triple(self._txn_id, int(eos["producer_id"]), int(eos["producer_epoch"]))
+        raise KafkaTxnSinkError(
+            f"{self._txn_id}: the producer never reported an open transaction with one "
+            f"producer id (last eos statistics: {self._stats.latest})"
+        )
+
+
+def _kafka_failure(what: str, exc: KafkaException) -> KafkaTxnSinkError:
+    error: KafkaError = exc.args[0]
+    if error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
+        return KafkaUnavailableError(f"{what} failed: {error.str()}")
+    return KafkaTxnSinkError(f"{what} failed: {error.str()}")
+
+
+def _produce_failure(
+    topic: str, value: bytes | None, key: bytes | None, exc: KafkaException
+) -> KafkaTxnSinkError:
+    error: KafkaError = exc.args[0]
+    if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+        size = len(value or b"") + len(key or b"")
+        return InputError(
+            f"a record of {size} bytes (columns key + value) for topic {topic} exceeds "
+            f"message.max.bytes; raise kafka.message.max.bytes (and the topic's "
+            f"max.message.bytes) or send smaller values"
+        )
+    if error.code() in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
+        return InputError(f"topic {topic!r} (from option topic or column topic) does not exist")
+    if error.code() == KafkaError._UNKNOWN_PARTITION:
+        return InputError(f"column partition names a partition that topic {topic!r} lacks")
+    return KafkaTxnSinkError(f"producing to {topic} failed: {error.str()}")

@@ -1,0 +1,268 @@
+"""What tasks hand to the driver, and what the commit log keeps: small, versioned, JSON-able.
+
+A task's `TaskCommit` travels from the executor to `commit()` (pickled by Spark). The driver turns
+the prepared ones into `Participant`s of a `Decision`, which is written to the commit log before any
+transaction is completed; a `Completion` follows once every participant's fate is settled.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+from kafka_txn_sink.errors import CommitLogError
+
+FORMAT_VERSION = 1
+
+TaskStatus = Literal["prepared", "empty", "skipped"]
+
+# topic -> partition -> [first offset, last offset] written by one transaction
+OffsetRanges = dict[str, dict[int, tuple[int, int]]]
+
+
+@dataclass(frozen=True)
+class Triple:
+    """Identifies one transaction: the broker checks exactly these three on EndTxn."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+    def __str__(self) -> str:
+        return f"{self.transactional_id}(pid={self.producer_id}, epoch={self.producer_epoch})"
+
+
+@dataclass(frozen=True)
+class TaskCommit(WriterCommitMessage):
+    """The message one task attempt returns from `write()`."""
+
+    query_id: str
+    batch_id: int
+    partition: int
+    attempt: int
+    status: TaskStatus
+    rows: int = 0
+    transactional_id: str | None = None
+    producer_id: int = -1
+    producer_epoch: int = -1
+    offsets: OffsetRanges = field(default_factory=dict)
+    prepared_at_ms: int = 0
+
+    @property
+    def triple(self) -> Triple:
+        if self.transactional_id is None:
+            raise ValueError(f"task {self.partition} of batch {self.batch_id} has no transaction")
+        return Triple(self.transactional_id, self.producer_id, self.producer_epoch)
+
+
+@dataclass(frozen=True)
+class Participant:
+    """A prepared transaction that a decision commits."""
+
+    partition: int
+    attempt: int
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    rows: int
+    offsets: OffsetRanges
+
+    @property
+    def triple(self) -> Triple:
+        return Triple(self.transactional_id, self.producer_id, self.producer_epoch)
+
+    @classmethod
+    def from_task(cls, task: TaskCommit) -> Participant:
+        if task.status != "prepared" or task.transactional_id is None:
+            raise ValueError(f"task {task.partition} is {task.status}, not prepared")
+        return cls(
+            partition=task.partition,
+            attempt=task.attempt,
+            transactional_id=task.transactional_id,
+            producer_id=task.producer_id,
+            producer_epoch=task.producer_epoch,
+            rows=task.rows,
+            offsets=task.offsets,
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Batch `batch_id` commits exactly these participants. Written once, never changed."""
+
+    sink_id: str
+    query_id: str
+    batch_id: int
+    participants: tuple[Participant, ...]
+    tasks: int
+    rows: int
+    decided_at_ms: int
+    version: int = FORMAT_VERSION
+
+    def same_decision(self, other: Decision) -> bool:
+        """Equal in everything but the time it was made: a repeated write of our own decision."""
+        return (
+            self.sink_id == other.sink_id
+            and self.query_id == other.query_id
+            and self.batch_id == other.batch_id
+            and sorted(self.participants, key=_by_partition)
+            == sorted(other.participants, key=_by_partition)
+            and self.tasks == other.tasks
+            and self.rows == other.rows
+        )
+
+    def output_ranges(self) -> OffsetRanges:
+        """Per output partition, the smallest first and largest last offset of the batch."""
+        merged: OffsetRanges = {}
+        for participant in self.participants:
+            for topic, parts in participant.offsets.items():
+                for partition, (first, last) in parts.items():
+                    seen = merged.setdefault(topic, {}).get(partition)
+                    if seen is not None:
+                        first, last = min(first, seen[0]), max(last, seen[1])
+                    merged[topic][partition] = (first, last)
+        return merged
+
+    def to_json(self) -> bytes:
+        body = asdict(self)
+        body["participants"] = [_participant_json(p) for p in self.participants]
+        body["output"] = _offsets_json(self.output_ranges())
+        return _dump("decision", body)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Decision:
+        body = _load("decision", data)
+        try:
+            return cls(
+                sink_id=body["sink_id"],
+                query_id=body["query_id"],
+                batch_id=int(body["batch_id"]),
+                participants=tuple(_participant_from(p) for p in body["participants"]),
+                tasks=int(body["tasks"]),
+                rows=int(body["rows"]),
+                decided_at_ms=int(body["decided_at_ms"]),
+                version=int(body["version"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CommitLogError(f"malformed decision record: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class LostParticipant:
+    """A decided transaction that the broker aborted before it could be committed."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partition: int
+    rows: int
+    offsets: OffsetRanges
+    reason: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    """Every participant of batch `batch_id` is settled: committed, or recorded in `lost`."""
+
+    sink_id: str
+    batch_id: int
+    completed_at_ms: int
+    lost: tuple[LostParticipant, ...] = ()
+    version: int = FORMAT_VERSION
+
+    def to_json(self) -> bytes:
+        body = asdict(self)
+        body["lost"] = [{**asdict(x), "offsets": _offsets_json(x.offsets)} for x in self.lost]
+        return _dump("completion", body)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Completion:
+        body = _load("completion", data)
+        try:
+            lost = tuple(
+                LostParticipant(**{**x, "offsets": _offsets_from(x["offsets"])})
+                for x in body.get("lost", [])
+            )
+            return cls(
+                sink_id=body["sink_id"],
+                batch_id=int(body["batch_id"]),
+                completed_at_ms=int(body["completed_at_ms"]),
+                lost=lost,
+                version=int(body["version"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CommitLogError(f"malformed completion record: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class SinkMeta:
+    """Written once when the commit log is created: which sink the log belongs to."""
+
+    sink_id: str
+    created_at_ms: int
+    version: int = FORMAT_VERSION
+
+    def to_json(self) -> bytes:
+        return _dump("sink", asdict(self))
+
+    @classmethod
+    def from_json(cls, data: bytes) -> SinkMeta:
+        body = _load("sink", data)
+        try:
+            return cls(
+                sink_id=body["sink_id"],
+                created_at_ms=int(body["created_at_ms"]),
+                version=int(body["version"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CommitLogError(f"malformed sink record: {exc!r}") from exc
+
+
+def _by_partition(participant: Participant) -> int:
+    return participant.partition
+
+
+def _participant_json(participant: Participant) -> dict[str, Any]:
+    return {**asdict(participant), "offsets": _offsets_json(participant.offsets)}
+
+
+def _participant_from(body: dict[str, Any]) -> Participant:
+    return Participant(**{**body, "offsets": _offsets_from(body["offsets"])})
+
+
+def _offsets_json(offsets: OffsetRanges) -> dict[str, dict[str, list[int]]]:
+    return {
+        topic: {str(p): [first, last] for p, (first, last) in sorted(parts.items())}
+        for topic, parts in sorted(offsets.items())
+    }
+
+
+def _offsets_from(body: dict[str, dict[str, list[int]]]) -> OffsetRanges:
+    return {
+        topic: {int(p): (int(r[0]), int(r[1])) for p, r in parts.items()}
+        for topic, parts in body.items()
+    }
+
+
+def _dump(kind: str, body: dict[str, Any]) -> bytes:
+    return json.dumps({"kind": kind, **body}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _load(kind: str, data: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CommitLogError(f"{kind} record is not JSON: {exc}") from exc
+    if not isinstance(body, dict) or body.get("kind") != kind:
+        raise CommitLogError(f"expected a {kind} record, found {str(body)[:200]!r}")
+    if int(body.get("version", 0)) > FORMAT_VERSION:
+        raise CommitLogError(
+            f"{kind} record has format version {body.get('version')}, newer than this "
+            f"kafka_txn_sink understands ({FORMAT_VERSION}); upgrade the package"
+        )
+    body.pop("kind")
+    body.pop("output", None)
+    return body

@@ -1,0 +1,199 @@
+"""Settling transactions: rolling decided batches forward, and aborting what nobody decided.
+
+Used by `commit()` (phase 2 and the clean-up), by `streamWriter()` (roll forward only) and by
+the CLI. Whatever is decided is committed; whatever is not decided is aborted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kafka_txn_sink import failpoints
+from kafka_txn_sink.cluster import Cluster
+from kafka_txn_sink.commit_log import CommitLog
+from kafka_txn_sink.coordinator import ONGOING, Coordinator, EndTxnResult
+from kafka_txn_sink.errors import (
+    KafkaTxnSinkError,
+    TransactionCompletionError,
+    TransactionLostError,
+)
+from kafka_txn_sink.identities import owns, transactional_id
+from kafka_txn_sink.records import Completion, Decision, LostParticipant, Participant, Triple
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Settled:
+    completion: Completion
+    newly_written: bool
+
+
+class Settler:
+    """Completes decided batches and aborts leftovers, for one sink."""
+
+    def __init__(
+        self,
+        sink_id: str,
+        commit_log: CommitLog,
+        coordinator: Coordinator,
+        cluster: Cluster,
+        deadline_s: float,
+    ):
+        self._sink_id = sink_id
+        self._log = commit_log
+        self._coordinator = coordinator
+        self._cluster = cluster
+        self._deadline_s = deadline_s
+
+    def complete(self, decision: Decision) -> Settled:
+        """Commit every participant of a decided batch, then write its completion marker.
+
+        Raises:
+            TransactionCompletionError: a participant's fate is still open; nothing is written,
+                and the next attempt (or restart) tries again.
+        """
+        existing = self._log.completion(decision.batch_id)
+        if existing is not None:
+            return Settled(existing, newly_written=False)
+        lost = self._commit_all(decision)
+        completion = Completion(
+            sink_id=self._sink_id,
+            batch_id=decision.batch_id,
+            completed_at_ms=_now_ms(),
+            lost=tuple(lost),
+        )
+        stored = self._log.put_completion(completion)
+        return Settled(stored, newly_written=stored == completion)
+
+    def complete_or_raise_loss(self, decision: Decision) -> Completion:
+        """`complete`, raising once (when the loss is first recorded) if anything was lost."""
+        settled = self.complete(decision)
+        if settled.completion.lost and settled.newly_written:
+            raise TransactionLostError(_loss_message(settled.completion))
+        self._log.write_hint(decision.batch_id)
+        return settled.completion
+
+    def roll_forward_incomplete(self) -> list[Completion]:
+        """Complete every decided batch that has no completion marker yet."""
+        done = []
+        for batch_id in self._log.incomplete_batches():
+            decision = self._log.decision(batch_id)
+            if decision is not None:
+                log.warning("rolling forward decided batch %d of sink %s", batch_id, self._sink_id)
+                done.append(self.complete_or_raise_loss(decision))
+        return done
+
+    def abort(self, triples: Iterable[Triple]) -> list[EndTxnResult]:
+        return self._coordinator.end_transactions(triples, commit=False, deadline_s=self._deadline_s)
+
+    def clean_up(self, protected: set[Triple] | None = None) -> list[Triple]:
+        """Abort every open transaction of this sink that no incomplete decision holds.
+
+        Best effort: it never raises. No task of this sink runs when it is called, so nothing
+        live is touched.
+        """
+        try:
+            failpoints.fire("driver.before_cleanup")
+            keep = protected if protected is not None else self._incomplete_triples()
+            stale = [t for t in self._open_triples() if t not in keep]
+            for result in self.abort(stale):
+                if not result.ok:
+                    log.warning("clean-up could not abort %s: %s", result.triple, result.error)
+            return stale
+        except failpoints.FailpointError:
+            raise
+        except Exception:
+            log.warning("clean-up of sink %s failed; the next batch retries", self._sink_id,
+                        exc_info=True)
+            return []
+
+    def _commit_all(self, decision: Decision) -> list[LostParticipant]:
+        participants = list(decision.participants)
+        if not participants:
+            return []
+        first = self._coordinator.end_transactions(
+            [participants[0].triple], commit=True, deadline_s=self._deadline_s
+        )
+        failpoints.fire("driver.after_first_endtxn", decision.batch_id)
+        rest = self._coordinator.end_transactions(
+            [p.triple for p in participants[1:]], commit=True, deadline_s=self._deadline_s
+        )
+        results = {r.triple: r for r in [*first, *rest]}
+        lost = []
+        for participant in participants:
+            result = results[participant.triple]
+            if not result.ok and not self._committed_anyway(participant, result):
+                lost.append(_lost(participant, result.error or "unknown"))
+        return lost
+
+    def _committed_anyway(self, participant: Participant, result: EndTxnResult) -> bool:
+        """An EndTxn error is no proof of abort: read the participant's first record back."""
+        topic, partition, offset = _first_record(participant)
+        visible = self._cluster.is_visible(topic, partition, offset)
+        if visible is None:
+            raise TransactionCompletionError(
+                f"EndTxn(commit) for {participant.triple} failed ({result.error}) and its "
+                f"first record ({topic}[{partition}]@{offset}) is neither visible nor skipped "
+                f"yet; recovery retries on the next batch or restart"
+            )
+        log.warning("EndTxn for %s failed (%s); probe: %s", participant.triple, result.error,
+                    "committed" if visible else "aborted")
+        return visible
+
+    def _open_triples(self) -> list[Triple]:
+        try:
+            ids = [i for i in self._coordinator.list_ids([ONGOING]) if owns(self._sink_id, i)]
+        except KafkaTxnSinkError:
+            # No DESCRIBE on the cluster: probe the ids the log says this sink has used.
+            ids = [transactional_id(self._sink_id, p) for p in range(self._log.max_partition_count())]
+        states = self._coordinator.describe(ids)
+        return [s.triple for s in states.values() if s.state == ONGOING]
+
+    def _incomplete_triples(self) -> set[Triple]:
+        triples: set[Triple] = set()
+        for batch_id in self._log.incomplete_batches():
+            decision = self._log.decision(batch_id)
+            if decision is not None:
+                triples.update(p.triple for p in decision.participants)
+        return triples
+
+
+def _first_record(participant: Participant) -> tuple[str, int, int]:
+    topic = sorted(participant.offsets)[0]
+    partition = sorted(participant.offsets[topic])[0]
+    return topic, partition, participant.offsets[topic][partition][0]
+
+
+def _lost(participant: Participant, reason: str) -> LostParticipant:
+    return LostParticipant(
+        transactional_id=participant.transactional_id,
+        producer_id=participant.producer_id,
+        producer_epoch=participant.producer_epoch,
+        partition=participant.partition,
+        rows=participant.rows,
+        offsets=participant.offsets,
+        reason=reason,
+    )
+
+
+def _loss_message(completion: Completion) -> str:
+    parts = "; ".join(
+        f"Spark partition {x.partition} ({x.transactional_id}, {x.rows} rows, offsets "
+        f"{ {t: dict(r) for t, r in x.offsets.items()} }, {x.reason})"
+        for x in completion.lost
+    )
+    return (
+        f"batch {completion.batch_id} of sink {completion.sink_id} was decided but the broker "
+        f"aborted part of it before it could be committed (transaction timeout): {parts}. "
+        f"The loss is recorded in the commit log; the restarted query continues after it. "
+        f"Raise transactionTimeoutMs (and the brokers' transaction.max.timeout.ms) and restart "
+        f"crashed drivers sooner."
+    )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,148 @@
+"""The data source Spark finds as `format("kafka_txn")`, and `register(spark)`."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
+from pyspark.sql.types import StructType
+
+from kafka_txn_sink.cluster import Cluster
+from kafka_txn_sink.columns import plan_columns
+from kafka_txn_sink.commit_log import CommitLog, open_commit_log
+from kafka_txn_sink.coordinator import Coordinator
+from kafka_txn_sink.errors import ConfigError, KafkaTxnSinkError
+from kafka_txn_sink.identities import owns, transactional_id
+from kafka_txn_sink.options import SinkOptions, parse_options
+from kafka_txn_sink.records import SinkMeta
+from kafka_txn_sink.recovery import Settler
+from kafka_txn_sink.storage import open_storage
+from kafka_txn_sink.writer import KafkaTxnStreamWriter
+
+log = logging.getLogger(__name__)
+
+NAME = "kafka_txn"
+# Ids probed when the cluster does not allow ListTransactions.
+_PROBED_IDS_WITHOUT_LISTING = 256
+
+
+class KafkaTxnDataSource(DataSource):
+    """Exactly-once streaming sink to Kafka. Options: see README."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        """Validate, recover decided batches, and hand the log's state to the tasks.
+
+        Spark runs this before each batch's tasks and again in the commit worker after they
+        prepared, so it never aborts an open transaction: those may be the batch's participants.
+        """
+        if overwrite:
+            raise ConfigError(
+                "output mode complete is not supported: kafka_txn appends; use outputMode append"
+            )
+        options = parse_options(self.options)
+        columns = plan_columns(schema, options.topic)
+        options = resolve_against_cluster(options)
+        commit_log = open_commit_log(options.commit_log, options.s3)
+        with Coordinator(
+            options.bootstrap_servers, options.kafka, options.commit_timeout_ms
+        ) as coordinator:
+            claim_log(options, commit_log, coordinator)
+            cluster = Cluster(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
+            Settler(
+                options.sink_id, commit_log, coordinator, cluster, options.commit_timeout_ms / 1000
+            ).roll_forward_incomplete()
+        latest = commit_log.latest_decision()
+        return KafkaTxnStreamWriter(
+            options,
+            columns,
+            log_query_id=latest.query_id if latest else None,
+            last_decided=latest.batch_id if latest else None,
+        )
+
+
+def resolve_against_cluster(options: SinkOptions) -> SinkOptions:
+    """Check the topic exists and fit the transaction timeout to the brokers' maximum.
+
+    Raises:
+        KafkaUnavailableError: the brokers cannot be reached.
+        ConfigError: the topic is missing, or the timeout is above the brokers' maximum.
+    """
+    cluster = Cluster(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
+    if options.topic is not None and cluster.topic_partitions(options.topic) is None:
+        raise ConfigError(f"topic {options.topic!r} (option topic) does not exist on the cluster")
+    broker_max = cluster.max_transaction_timeout_ms()
+    wanted = options.transaction_timeout_ms
+    if wanted is None:
+        return options.with_transaction_timeout(broker_max)
+    if wanted > broker_max:
+        raise ConfigError(
+            f"option transactionTimeoutMs={wanted} is above the brokers' "
+            f"transaction.max.timeout.ms={broker_max}; lower it or raise the broker setting"
+        )
+    return options
+
+
+def claim_log(options: SinkOptions, commit_log: CommitLog, coordinator: Coordinator) -> None:
+    """Make sure the log belongs to this sink, creating it on the sink's first start.
+
+    Raises:
+        ConfigError: the log belongs to another sink, or it is new while the brokers already
+            know this sink's transactional ids (a deleted or moved commit log).
+    """
+    meta = commit_log.sink_meta()
+    if meta is None:
+        _probe_storage(options)
+        known = _known_ids(options.sink_id, coordinator)
+        if known:
+            raise ConfigError(
+                f"commit log {options.commit_log} is empty, but the brokers already know "
+                f"transactional ids of sink {options.sink_id} ({', '.join(known[:5])}): the log "
+                f"was deleted or moved. Restore it, or use a new sinkId; starting over would "
+                f"lose track of what was committed."
+            )
+        meta = commit_log.create(SinkMeta(sink_id=options.sink_id, created_at_ms=_now_ms()))
+    if meta.sink_id != options.sink_id:
+        raise ConfigError(
+            f"commit log {options.commit_log} belongs to sink {meta.sink_id}, not to "
+            f"{options.sink_id} (option sinkId)"
+        )
+
+
+def register(spark: SparkSession) -> None:
+    """Register `format("kafka_txn")` explicitly, checking the Spark settings it relies on.
+
+    Raises:
+        ConfigError: spark.speculation is on (speculative copies of a task would fence each
+            other's transactions).
+    """
+    if (spark.conf.get("spark.speculation", "false") or "false").lower() == "true":
+        raise ConfigError(
+            "spark.speculation=true is not supported by kafka_txn: speculative task copies "
+            "share a transactional id and fence each other; set spark.speculation=false"
+        )
+    spark.dataSource.register(KafkaTxnDataSource)
+
+
+def _probe_storage(options: SinkOptions) -> None:
+    storage = open_storage(options.commit_log, options.s3)
+    probe = getattr(storage, "probe_conditional_writes", None)
+    if probe is not None:
+        probe()
+
+
+def _known_ids(sink_id: str, coordinator: Coordinator) -> list[str]:
+    try:
+        return [i for i in coordinator.list_ids() if owns(sink_id, i)]
+    except KafkaTxnSinkError:
+        ids = [transactional_id(sink_id, p) for p in range(_PROBED_IDS_WITHOUT_LISTING)]
+        return sorted(i for i, s in coordinator.describe(ids).items() if s.state != "NotFound")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,449 @@
+"""Where the commit log lives: a local directory or an S3 prefix, both with put-if-absent.
+
+`put_if_absent` is the commit point of the protocol. Locally it is a hard link of a fully written,
+fsynced temporary file (an `O_EXCL` create followed by a write could leave an empty record after a
+crash); on S3 it is `PutObject` with `If-None-Match: *`. Either way the final name never holds a
+partial record, and an existing record is never replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+from urllib.parse import unquote, urlparse
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from kafka_txn_sink.errors import CommitLogError, ConfigError
+
+T = TypeVar("T")
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_TEMP_PREFIX = "."
+_CONFLICT_RETRIES = 5
+_CONFLICT_BACKOFF_S = 0.05
+
+
+class Storage(Protocol):
+    """A flat namespace of small objects under one root; names use `/` and are relative."""
+
+    @property
+    def uri(self) -> str: ...
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        """Create `name` with `data`. True: we created it. False: something was already there."""
+        ...
+
+    def get(self, name: str) -> bytes | None: ...
+
+    def exists(self, name: str) -> bool: ...
+
+    def put(self, name: str, data: bytes) -> None:
+        """Plain overwrite: only for best-effort data such as hints."""
+        ...
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        """Every name starting with `prefix` and sorting after `start_after`, sorted."""
+        ...
+
+    def delete(self, name: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How to reach an S3-compatible endpoint; None means boto3's default chain decides."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    connect_timeout_s: float = 5
+    read_timeout_s: float = 15
+    # Attempts in total, the first included (as AWS_MAX_ATTEMPTS counts them).
+    max_attempts: int = 3
+    # None: path-style addressing when an endpoint is given (MinIO, moto), virtual hosts on AWS.
+    path_style: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError(f"S3 max_attempts must be at least 1, not {self.max_attempts}")
+        if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
+            raise ConfigError(
+                f"S3 timeouts must be positive, not connect={self.connect_timeout_s}s "
+                f"read={self.read_timeout_s}s"
+            )
+
+    @property
+    def use_path_style(self) -> bool:
+        return self.path_style if self.path_style is not None else self.endpoint_url is not None
+
+    def botocore_config(self) -> Config:
+        s3: dict[str, Any] = {"addressing_style": "path"} if self.use_path_style else {}
+        return Config(
+            connect_timeout=self.connect_timeout_s,
+            read_timeout=self.read_timeout_s,
+            retries={"total_max_attempts": self.max_attempts, "mode": "standard"},
+            s3=s3,
+        )
+
+
+class LocalStorage:
+    """A directory on a local (or mounted) file system."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).absolute()
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({str(self.root)!r})"
+
+    @property
+    def uri(self) -> str:
+        return self.root.as_uri()
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        final = self._path(name)
+        self._make_dirs(final.parent)
+        temp = self._write_temp(final, data)
+        try:
+            os.link(temp, final)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise CommitLogError(f"cannot create {final}: {exc}") from exc
+        finally:
+            _unlink_quietly(temp)
+        _fsync_dir(final.parent)
+        return True
+
+    def get(self, name: str) -> bytes | None:
+        path = self._path(name)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CommitLogError(f"cannot read {path}: {exc}") from exc
+
+    def exists(self, name: str) -> bool:
+        return self._path(name).is_file()
+
+    def put(self, name: str, data: bytes) -> None:
+        final = self._path(name)
+        self._make_dirs(final.parent)
+        temp = self._write_temp(final, data)
+        try:
+            os.replace(temp, final)
+        except OSError as exc:
+            _unlink_quietly(temp)
+            raise CommitLogError(f"cannot write {final}: {exc}") from exc
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        directory, _, _ = prefix.rpartition("/")
+        names = (
+            name
+            for name in self._walk(self.root / directory, directory)
+            if name.startswith(prefix) and (start_after is None or name > start_after)
+        )
+        return sorted(names)
+
+    def delete(self, name: str) -> None:
+        _unlink_quietly(self._path(name))
+
+    def _path(self, name: str) -> Path:
+        parts = name.split("/")
+        if not name or any(p in ("", ".", "..") or p.startswith(_TEMP_PREFIX) for p in parts):
+            raise CommitLogError(f"invalid object name {name!r} under {self.uri}")
+        return self.root.joinpath(*parts)
+
+    def _walk(self, directory: Path, relative: str) -> Iterator[str]:
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            raise CommitLogError(f"cannot list {directory}: {exc}") from exc
+        for entry in entries:
+            if entry.name.startswith(_TEMP_PREFIX):
+                continue
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                yield from self._walk(Path(entry.path), name)
+            else:
+                yield name
+
+    def _make_dirs(self, target: Path) -> None:
+        missing = []
+        directory = target
+        while not directory.exists():
+            missing.append(directory)
+            directory = directory.parent
+        try:
+            for created in reversed(missing):
+                created.mkdir(exist_ok=True)
+                # The new entry must survive a crash too, or the record it will hold would not.
+                _fsync_dir(created.parent)
+        except OSError as exc:
+            raise CommitLogError(f"cannot create directory {target}: {exc}") from exc
+
+    def _write_temp(self, final: Path, data: bytes) -> Path:
+        # Same directory (so the link is on one file system), dot-prefixed (so list() skips it).
+        temp = final.with_name(f"{_TEMP_PREFIX}{final.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(temp, "xb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+        except BaseException as exc:
+            _unlink_quietly(temp)
+            if isinstance(exc, OSError):
+                raise CommitLogError(f"cannot write {temp}: {exc}") from exc
+            raise
+        return temp
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+class S3Storage:
+    """A prefix of an S3 bucket, through boto3, on AWS or any S3-compatible endpoint."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        settings: S3Settings | None = None,
+        *,
+        list_page_size: int = 1000,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.settings = settings or S3Settings()
+        self.list_page_size = list_page_size
+        self._client = _make_client(self.settings)
+
+    def __repr__(self) -> str:
+        return f"S3Storage({self.uri!r}, endpoint={self.endpoint!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A boto3 client cannot be pickled; rebuild it where the storage lands (an executor).
+        return (_rebuild_s3, (self.bucket, self.prefix, self.settings, self.list_page_size))
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    @property
+    def endpoint(self) -> str:
+        return str(self._client.meta.endpoint_url)
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        key = self._key(name)
+        for attempt in range(_CONFLICT_RETRIES + 1):
+            try:
+                self._call(
+                    "create",
+                    name,
+                    self._client.put_object,
+                    Bucket=self.bucket,
+                    Key=key,
+                    Body=data,
+                    IfNoneMatch="*",
+                )
+                return True
+            except S3RequestError as refused:
+                # A 412 may answer botocore's retry of our own first, successful attempt:
+                # the caller reads the record back and compares.
+                if refused.status == 412:
+                    return False
+                # 409: a concurrent conditional write to the same key is in flight; its outcome
+                # decides, so ask again shortly.
+                if refused.status != 409 or attempt == _CONFLICT_RETRIES:
+                    raise
+                time.sleep(_CONFLICT_BACKOFF_S * 2**attempt * (0.5 + random.random()))
+        raise AssertionError("unreachable")
+
+    def get(self, name: str) -> bytes | None:
+        try:
+            response = self._call(
+                "read", name, self._client.get_object, Bucket=self.bucket, Key=self._key(name)
+            )
+        except S3RequestError as refused:
+            if refused.code in ("NoSuchKey", "404"):
+                return None
+            raise
+        return self._call("read", name, response["Body"].read)
+
+    def exists(self, name: str) -> bool:
+        # A HEAD answers 404 for a missing bucket as for a missing key; a one-key listing of the
+        # exact name tells them apart (NoSuchBucket) at the price of one request as well.
+        key = self._key(name)
+        page = self._call(
+            "list", name, self._client.list_objects_v2, Bucket=self.bucket, Prefix=key, MaxKeys=1
+        )
+        return any(item["Key"] == key for item in page.get("Contents", []))
+
+    def put(self, name: str, data: bytes) -> None:
+        self._call(
+            "write",
+            name,
+            self._client.put_object,
+            Bucket=self.bucket,
+            Key=self._key(name),
+            Body=data,
+        )
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        arguments: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._key(prefix)}
+        if start_after is not None:
+            arguments["StartAfter"] = self._key(start_after)
+        paginator = self._client.get_paginator("list_objects_v2")
+        pages = paginator.paginate(**arguments, PaginationConfig={"PageSize": self.list_page_size})
+        keys = self._call("list", prefix, _keys_of, pages=pages)
+        skip = len(self._key(""))
+        return sorted(key[skip:] for key in keys)
+
+    def delete(self, name: str) -> None:
+        self._call(
+            "delete", name, self._client.delete_object, Bucket=self.bucket, Key=self._key(name)
+        )
+
+    def probe_conditional_writes(self) -> None:
+        """Fail unless the endpoint refuses a second `If-None-Match: *` write of one key."""
+        name = f"_probe/{uuid.uuid4().hex}"
+        try:
+            first = self.put_if_absent(name, b"probe")
+            second = self.put_if_absent(name, b"probe again") if first else True
+        except S3RequestError as exc:
+            if exc.status in (400, 501):
+                raise self._not_honoured(f"it rejected the header: {exc}") from exc
+            raise
+        finally:
+            self._delete_quietly(name)
+        if not first:
+            raise self._not_honoured("a fresh key was reported as existing")
+        if second:
+            raise self._not_honoured("a second write of the same key succeeded")
+
+    def _not_honoured(self, why: str) -> CommitLogError:
+        return CommitLogError(
+            f"S3 endpoint {self.endpoint} does not honour If-None-Match ({why}) for {self.uri}; "
+            "conditional writes are required for exactly-once"
+        )
+
+    def _delete_quietly(self, name: str) -> None:
+        with contextlib.suppress(CommitLogError):
+            self.delete(name)
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def _call(self, action: str, name: str, call: Callable[..., T], **arguments: Any) -> T:
+        """Run one S3 call, turning every failure into a CommitLogError that names the object."""
+        where = f"{self.uri}/{name}" if name else self.uri
+        try:
+            return call(**arguments)
+        except ClientError as exc:
+            raise self._client_error(action, where, exc) from exc
+        except BotoCoreError as exc:
+            message = f"cannot {action} {where}: S3 endpoint {self.endpoint} failed: {exc}"
+            raise CommitLogError(self._scrub(message)) from exc
+
+    def _client_error(self, action: str, where: str, exc: ClientError) -> S3RequestError:
+        code = _code(exc)
+        status = _status(exc)
+        if code == "NoSuchBucket":
+            message = f"cannot {action} {where}: bucket {self.bucket!r} does not exist"
+        else:
+            detail = exc.response.get("Error", {}).get("Message", "")
+            message = f"cannot {action} {where}: HTTP {status} {code} {detail}".rstrip()
+        return S3RequestError(self._scrub(f"{message} (endpoint {self.endpoint})"), status, code)
+
+    def _scrub(self, message: str) -> str:
+        secret = self.settings.secret_access_key
+        return message.replace(secret, "***") if secret else message
+
+
+class S3RequestError(CommitLogError):
+    """S3 answered a request with an error; status and code let callers treat some as results."""
+
+    def __init__(self, message: str, status: int, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def _keys_of(pages: Iterable[dict[str, Any]]) -> list[str]:
+    return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+
+def _status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _make_client(settings: S3Settings) -> Any:
+    session = boto3.session.Session(
+        aws_access_key_id=settings.access_key_id,
+        aws_secret_access_key=settings.secret_access_key,
+        region_name=settings.region,
+    )
+    return session.client(
+        "s3", endpoint_url=settings.endpoint_url, config=settings.botocore_config()
+    )
+
+
+def _rebuild_s3(bucket: str, prefix: str, settings: S3Settings, page_size: int) -> S3Storage:
+    return S3Storage(bucket, prefix, settings, list_page_size=page_size)
+
+
+def open_storage(uri: str, s3: S3Settings | None = None) -> Storage:
+    """`s3://bucket/prefix`, `file:///path` or a plain path; anything else is refused."""
+    match = _SCHEME.match(uri)
+    scheme = match.group(1).lower() if match else ""
+    if scheme == "s3":
+        return _open_s3(uri, s3)
+    if scheme == "file":
+        return _open_file(uri)
+    if scheme or not uri.strip():
+        raise CommitLogError(
+            f"unsupported commit log location {uri!r}: use s3://bucket/prefix, "
+            "file:///path or a local path"
+        )
+    return LocalStorage(Path(uri))
+
+
+def _open_s3(uri: str, s3: S3Settings | None) -> S3Storage:
+    parsed = urlparse(uri)
+    if not parsed.netloc or parsed.query or parsed.fragment:
+        raise CommitLogError(f"invalid S3 commit log location {uri!r}: use s3://bucket/prefix")
+    return S3Storage(parsed.netloc, unquote(parsed.path), s3)
+
+
+def _open_file(uri: str) -> LocalStorage:
+    parsed = urlparse(uri)
+    if parsed.netloc not in ("", "localhost") or not parsed.path:
+        raise CommitLogError(f"invalid file commit log location {uri!r}: use file:///path")
+    return LocalStorage(Path(unquote(parsed.path)))

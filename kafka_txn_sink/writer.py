@@ -1,0 +1,151 @@
+"""The stream writer: `write()` runs in every task, `commit()`/`abort()` on the driver.
+
+Spark builds it on the driver just before a batch's tasks (and again in the commit worker), then
+pickles it to the tasks; so it carries only options and what the commit log said at that moment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamWriter
+
+from kafka_txn_sink import failpoints
+from kafka_txn_sink.cluster import Cluster
+from kafka_txn_sink.columns import Columns, as_bytes, as_headers
+from kafka_txn_sink.commit_log import CommitLog, open_commit_log
+from kafka_txn_sink.committer import Committer, query_id_mismatch
+from kafka_txn_sink.coordinator import Coordinator
+from kafka_txn_sink.errors import ConfigError, InputError
+from kafka_txn_sink.identities import transactional_id
+from kafka_txn_sink.options import SinkOptions
+from kafka_txn_sink.producer import TaskTransaction, producer_config
+from kafka_txn_sink.records import TaskCommit
+from kafka_txn_sink.recovery import Settler
+
+log = logging.getLogger(__name__)
+
+
+class KafkaTxnStreamWriter(DataSourceStreamWriter):
+    def __init__(
+        self,
+        options: SinkOptions,
+        columns: Columns,
+        log_query_id: str | None,
+        last_decided: int | None,
+    ):
+        self.options = options
+        self.columns = columns
+        self.log_query_id = log_query_id
+        self.last_decided = last_decided
+
+    # -- executor ---------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[Any]) -> TaskCommit:
+        context = TaskContext.get()
+        if context is None:
+            raise ConfigError("write() must run inside a Spark task")
+        if context.getLocalProperty("__is_continuous_processing") == "true":
+            raise ConfigError("the continuous trigger is not supported; use a micro-batch trigger")
+        batch_id = int(context.getLocalProperty("streaming.sql.batchId") or -1)
+        query_id = context.getLocalProperty("sql.streaming.queryId") or ""
+        partition, attempt = context.partitionId(), context.attemptNumber()
+        self._check_query_id(query_id)
+        base = {"query_id": query_id, "batch_id": batch_id, "partition": partition,
+                "attempt": attempt}
+        # Checked before init: initialising the id would fence a decided, uncommitted participant.
+        if self._decided(batch_id):
+            return TaskCommit(status="skipped", **base)
+        txn = TaskTransaction(self._producer_config(partition), self._client_timeout_s)
+        try:
+            txn.init()
+            failpoints.fire("task.after_init", batch_id)
+            self._send_rows(txn, iterator, batch_id)
+            prepared = txn.prepare()
+        except BaseException:
+            txn.abort()
+            raise
+        finally:
+            txn.detach()
+        if prepared is None:
+            return TaskCommit(status="empty", **base)
+        failpoints.fire("task.after_flush", batch_id)
+        return TaskCommit(
+            status="prepared",
+            rows=prepared.rows,
+            transactional_id=prepared.triple.transactional_id,
+            producer_id=prepared.triple.producer_id,
+            producer_epoch=prepared.triple.producer_epoch,
+            offsets=prepared.offsets,
+            prepared_at_ms=prepared.prepared_at_ms,
+            **base,
+        )
+
+    def _send_rows(self, txn: TaskTransaction, rows: Iterator[Any], batch_id: int) -> None:
+        cols, default_topic = self.columns, self.options.topic
+        for count, row in enumerate(rows):
+            topic = row[cols.topic] if cols.topic is not None else None
+            topic = topic or default_topic
+            if topic is None:
+                raise InputError("column topic is null and there is no topic option")
+            txn.send(
+                topic,
+                value=as_bytes(row[cols.value], "value"),
+                key=as_bytes(row[cols.key], "key") if cols.key is not None else None,
+                partition=row[cols.partition] if cols.partition is not None else None,
+                headers=as_headers(row[cols.headers]) if cols.headers is not None else None,
+            )
+            if count == 0:
+                failpoints.fire("task.after_produce", batch_id)
+
+    def _check_query_id(self, query_id: str) -> None:
+        if self.log_query_id and query_id != self.log_query_id:
+            raise query_id_mismatch(
+                self.options.sink_id, self.options.commit_log, self.log_query_id, query_id
+            )
+
+    def _decided(self, batch_id: int) -> bool:
+        if self.last_decided is not None and batch_id <= self.last_decided:
+            return True
+        return open_commit_log(self.options.commit_log, self.options.s3).has_decision(batch_id)
+
+    def _producer_config(self, partition: int) -> dict[str, Any]:
+        return producer_config(
+            self.options.bootstrap_servers,
+            self.options.kafka,
+            transactional_id(self.options.sink_id, partition),
+            self.options.require_transaction_timeout(),
+        )
+
+    @property
+    def _client_timeout_s(self) -> float:
+        return self.options.commit_timeout_ms / 1000
+
+    # -- driver -------------------------------------------------------------------------------
+
+    def commit(self, messages: Sequence[TaskCommit | None], batchId: int) -> None:  # noqa: N803
+        with driver_session(self.options) as (commit_log, coordinator, settler):
+            Committer(self.options, commit_log, coordinator, settler).commit(messages, batchId)
+
+    def abort(self, messages: Sequence[TaskCommit | None], batchId: int) -> None:  # noqa: N803
+        with driver_session(self.options) as (commit_log, coordinator, settler):
+            Committer(self.options, commit_log, coordinator, settler).abort(messages, batchId)
+
+
+@contextmanager
+def driver_session(options: SinkOptions) -> Iterator[tuple[CommitLog, Coordinator, Settler]]:
+    """The clients one driver step needs, closed afterwards."""
+    commit_log = open_commit_log(options.commit_log, options.s3)
+    coordinator = Coordinator(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
+    try:
+        cluster = Cluster(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
+        settler = Settler(
+            options.sink_id, commit_log, coordinator, cluster, options.commit_timeout_ms / 1000
+        )
+        yield commit_log, coordinator, settler
+    finally:
+        coordinator.close()
