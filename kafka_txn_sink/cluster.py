@@ -97,10 +97,9 @@ def _probe(consumer: Consumer, offset: int, deadline: float) -> bool | None:
         error = message.error()
         if error is None:
             return message.offset() == offset
-        if error.code() == KafkaError._PARTITION_EOF:
-            # At the end of what read_committed may see: past the offset means it was skipped.
-            if message.offset() > offset:
-                return False
+        # At the end of what read_committed may see: past the offset means it was skipped.
+        if error.code() == KafkaError._PARTITION_EOF and (message.offset() or 0) > offset:
+            return False
     return None
 
 

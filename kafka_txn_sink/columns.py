@@ -93,9 +93,7 @@ def _require(
     fields: dict[str, tuple[int, DataType]], name: str, types: tuple[type, ...], wanted: str
 ) -> None:
     if name in fields and not isinstance(fields[name][1], types):
-        raise InputError(
-            f"column {name} must be {wanted}, found {fields[name][1].simpleString()}"
-        )
+        raise InputError(f"column {name} must be {wanted}, found {fields[name][1].simpleString()}")
 
 
 def _position(fields: dict[str, tuple[int, DataType]], name: str) -> int | None:

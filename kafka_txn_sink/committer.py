@@ -17,6 +17,8 @@ import logging
 import time
 from collections.abc import Sequence
 
+from pyspark.sql.datasource import WriterCommitMessage
+
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.coordinator import ONGOING, Coordinator
@@ -47,21 +49,24 @@ class Committer:
         self._coordinator = coordinator
         self._settler = settler
 
-    def commit(self, messages: Sequence[TaskCommit | None], batch_id: int) -> None:
+    def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
         tasks = _complete_messages(messages, batch_id)
         check_query_id(self._log, {t.query_id for t in tasks})
         decision = self._log.decision(batch_id)
         if decision is None:
             decision = self._decide(tasks, batch_id)
         else:
-            log.info("batch %d of sink %s was decided before; rolling it forward",
-                     batch_id, self._options.sink_id)
+            log.info(
+                "batch %d of sink %s was decided before; rolling it forward",
+                batch_id,
+                self._options.sink_id,
+            )
         self._abort_undecided(tasks, decision)
         self._settler.complete_or_raise_loss(decision)
         failpoints.fire("driver.after_completion", batch_id)
         self._settler.clean_up()
 
-    def abort(self, messages: Sequence[TaskCommit | None], batch_id: int) -> None:
+    def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
         """Abort each prepared transaction that no decision holds; never touch a decided one."""
         decision = self._log.decision(batch_id)
         tasks = [m for m in messages if isinstance(m, TaskCommit)]
@@ -121,8 +126,11 @@ class Committer:
         decided = {p.triple for p in decision.participants}
         stray = [t.triple for t in tasks if t.status == "prepared" and t.triple not in decided]
         if stray:
-            log.warning("aborting %d prepared transactions that batch %d did not decide",
-                        len(stray), decision.batch_id)
+            log.warning(
+                "aborting %d prepared transactions that batch %d did not decide",
+                len(stray),
+                decision.batch_id,
+            )
             self._settler.abort(stray)
 
 
@@ -152,7 +160,9 @@ def query_id_mismatch(
     )
 
 
-def _complete_messages(messages: Sequence[TaskCommit | None], batch_id: int) -> list[TaskCommit]:
+def _complete_messages(
+    messages: Sequence[WriterCommitMessage | None], batch_id: int
+) -> list[TaskCommit]:
     tasks = []
     for index, message in enumerate(messages):
         if not isinstance(message, TaskCommit):

@@ -134,8 +134,7 @@ class Coordinator:
         async def run_all() -> list[EndTxnResult]:
             # kafka-python runs its own event loop (not asyncio): schedule all, then await each.
             futures = [
-                self._net.call_soon_with_future(self._end_one, t, commit, deadline)
-                for t in wanted
+                self._net.call_soon_with_future(self._end_one, t, commit, deadline) for t in wanted
             ]
             return [await future for future in futures]
 
@@ -233,7 +232,9 @@ class Coordinator:
         try:
             return self._manager.run(coroutine)
         except kafka_errors.KafkaError as exc:
-            raise KafkaUnavailableError(f"Kafka request failed: {type(exc).__name__}: {exc}") from exc
+            raise KafkaUnavailableError(
+                f"Kafka request failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
     async def _coordinator_of(self, txn_id: str) -> int:
         node: int = await self._admin._find_coordinator_id(txn_id, CoordinatorType.TRANSACTION)

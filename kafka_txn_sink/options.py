@@ -115,13 +115,16 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
     _reject_forbidden(options)
     kafka = _kafka_settings(raw)
     _reject_unknown(options, originals)
-    s3 = _s3_settings(options)
+    log_timeout_ms = _bounded(options, "commitlogtimeoutms", "commitLogTimeoutMs", 30_000)
+    s3 = _s3_settings(options, log_timeout_ms)
     bootstrap = kafka.pop("bootstrap.servers", "").strip()
     if not bootstrap:
         raise ConfigError("option kafka.bootstrap.servers is required (host:port[,host:port])")
     timeout = _optional_int(options, "transactiontimeoutms", "transactionTimeoutMs")
     if timeout is None:
-        timeout = _int_value(kafka.pop("transaction.timeout.ms", None), "kafka.transaction.timeout.ms")
+        timeout = _int_value(
+            kafka.pop("transaction.timeout.ms", None), "kafka.transaction.timeout.ms"
+        )
     else:
         kafka.pop("transaction.timeout.ms", None)
     if timeout is not None:
@@ -134,7 +137,7 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         topic=topic,
         transaction_timeout_ms=timeout,
         commit_timeout_ms=_bounded(options, "committimeoutms", "commitTimeoutMs", 30_000),
-        commit_log_timeout_ms=_bounded(options, "commitlogtimeoutms", "commitLogTimeoutMs", 30_000),
+        commit_log_timeout_ms=log_timeout_ms,
         clock_skew_ms=_bounded(options, "clockskewms", "clockSkewMs", 5_000, low=0),
         kafka=kafka,
         s3=s3,
@@ -172,10 +175,16 @@ def _reject_unknown(options: Mapping[str, str], originals: Mapping[str, str]) ->
         )
 
 
-def _s3_settings(options: Mapping[str, str]) -> S3Settings:
+def _s3_settings(options: Mapping[str, str], log_timeout_ms: int) -> S3Settings:
+    """S3 deadlines fit inside commitLogTimeoutMs, which the prepare check's margin counts."""
     endpoint = options.get("s3.endpoint") or None
     path_style = options.get("s3.pathstyle")
+    attempts = 3
+    per_call_s = log_timeout_ms / 1000 / attempts / 2
     return S3Settings(
+        connect_timeout_s=per_call_s,
+        read_timeout_s=per_call_s,
+        max_attempts=attempts,
         endpoint_url=endpoint,
         region=options.get("s3.region") or None,
         access_key_id=options.get("s3.accesskeyid") or None,
@@ -201,12 +210,12 @@ def _int_value(value: str | None, name: str) -> int | None:
     try:
         return int(value.strip())
     except ValueError:
-        raise ConfigError(f"option {name} must be a whole number of milliseconds, got {value!r}")
+        raise ConfigError(
+            f"option {name} must be a whole number of milliseconds, got {value!r}"
+        ) from None
 
 
-def _bounded(
-    options: Mapping[str, str], key: str, name: str, default: int, low: int = 100
-) -> int:
+def _bounded(options: Mapping[str, str], key: str, name: str, default: int, low: int = 100) -> int:
     value = _optional_int(options, key, name)
     if value is None:
         return default

@@ -7,6 +7,7 @@ and the transaction stays Ongoing on the coordinator until the driver completes 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Mapping
@@ -191,10 +192,9 @@ class TaskTransaction:
     def abort(self) -> None:
         if self._producer is None:
             return
-        try:
+        # On failure the coordinator aborts it on timeout, or the next attempt's init fences it.
+        with contextlib.suppress(KafkaException):
             self._producer.abort_transaction(self._timeout_s)
-        except KafkaException:
-            pass  # the coordinator aborts it on timeout, or the next attempt's init fences it
 
     def detach(self) -> None:
         """Drop the client without closing it, so a prepared transaction stays open."""

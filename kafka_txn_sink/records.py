@@ -258,7 +258,10 @@ def _load(kind: str, data: bytes) -> dict[str, Any]:
         raise CommitLogError(f"{kind} record is not JSON: {exc}") from exc
     if not isinstance(body, dict) or body.get("kind") != kind:
         raise CommitLogError(f"expected a {kind} record, found {str(body)[:200]!r}")
-    if int(body.get("version", 0)) > FORMAT_VERSION:
+    version = body.get("version")
+    if not isinstance(version, int):
+        raise CommitLogError(f"{kind} record has no valid format version: {version!r}")
+    if version > FORMAT_VERSION:
         raise CommitLogError(
             f"{kind} record has format version {body.get('version')}, newer than this "
             f"kafka_txn_sink understands ({FORMAT_VERSION}); upgrade the package"

@@ -88,7 +88,9 @@ class Settler:
         return done
 
     def abort(self, triples: Iterable[Triple]) -> list[EndTxnResult]:
-        return self._coordinator.end_transactions(triples, commit=False, deadline_s=self._deadline_s)
+        return self._coordinator.end_transactions(
+            triples, commit=False, deadline_s=self._deadline_s
+        )
 
     def clean_up(self, protected: set[Triple] | None = None) -> list[Triple]:
         """Abort every open transaction of this sink that no incomplete decision holds.
@@ -107,8 +109,9 @@ class Settler:
         except failpoints.FailpointError:
             raise
         except Exception:
-            log.warning("clean-up of sink %s failed; the next batch retries", self._sink_id,
-                        exc_info=True)
+            log.warning(
+                "clean-up of sink %s failed; the next batch retries", self._sink_id, exc_info=True
+            )
             return []
 
     def _commit_all(self, decision: Decision) -> list[LostParticipant]:
@@ -140,8 +143,12 @@ class Settler:
                 f"first record ({topic}[{partition}]@{offset}) is neither visible nor skipped "
                 f"yet; recovery retries on the next batch or restart"
             )
-        log.warning("EndTxn for %s failed (%s); probe: %s", participant.triple, result.error,
-                    "committed" if visible else "aborted")
+        log.warning(
+            "EndTxn for %s failed (%s); probe: %s",
+            participant.triple,
+            result.error,
+            "committed" if visible else "aborted",
+        )
         return visible
 
     def _open_triples(self) -> list[Triple]:
@@ -149,7 +156,9 @@ class Settler:
             ids = [i for i in self._coordinator.list_ids([ONGOING]) if owns(self._sink_id, i)]
         except KafkaTxnSinkError:
             # No DESCRIBE on the cluster: probe the ids the log says this sink has used.
-            ids = [transactional_id(self._sink_id, p) for p in range(self._log.max_partition_count())]
+            ids = [
+                transactional_id(self._sink_id, p) for p in range(self._log.max_partition_count())
+            ]
         states = self._coordinator.describe(ids)
         return [s.triple for s in states.values() if s.state == ONGOING]
 

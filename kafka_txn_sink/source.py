@@ -35,7 +35,7 @@ class KafkaTxnDataSource(DataSource):
     def name(cls) -> str:
         return NAME
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """Validate, recover decided batches, and hand the log's state to the tasks.
 
         Spark runs this before each batch's tasks and again in the commit worker after they

@@ -88,12 +88,11 @@ class S3Settings:
         return self.path_style if self.path_style is not None else self.endpoint_url is not None
 
     def botocore_config(self) -> Config:
-        s3: dict[str, Any] = {"addressing_style": "path"} if self.use_path_style else {}
         return Config(
             connect_timeout=self.connect_timeout_s,
             read_timeout=self.read_timeout_s,
             retries={"total_max_attempts": self.max_attempts, "mode": "standard"},
-            s3=s3,
+            s3={"addressing_style": "path"} if self.use_path_style else None,
         )
 
 

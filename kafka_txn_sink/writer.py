@@ -7,12 +7,13 @@ pickles it to the tasks; so it carries only options and what the commit log said
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceStreamWriter
+from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.cluster import Cluster
@@ -55,11 +56,10 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
         query_id = context.getLocalProperty("sql.streaming.queryId") or ""
         partition, attempt = context.partitionId(), context.attemptNumber()
         self._check_query_id(query_id)
-        base = {"query_id": query_id, "batch_id": batch_id, "partition": partition,
-                "attempt": attempt}
+        skipped = TaskCommit(query_id, batch_id, partition, attempt, status="skipped")
         # Checked before init: initialising the id would fence a decided, uncommitted participant.
         if self._decided(batch_id):
-            return TaskCommit(status="skipped", **base)
+            return skipped
         txn = TaskTransaction(self._producer_config(partition), self._client_timeout_s)
         try:
             txn.init()
@@ -72,9 +72,10 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
         finally:
             txn.detach()
         if prepared is None:
-            return TaskCommit(status="empty", **base)
+            return replace(skipped, status="empty")
         failpoints.fire("task.after_flush", batch_id)
-        return TaskCommit(
+        return replace(
+            skipped,
             status="prepared",
             rows=prepared.rows,
             transactional_id=prepared.triple.transactional_id,
@@ -82,7 +83,6 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
             producer_epoch=prepared.triple.producer_epoch,
             offsets=prepared.offsets,
             prepared_at_ms=prepared.prepared_at_ms,
-            **base,
         )
 
     def _send_rows(self, txn: TaskTransaction, rows: Iterator[Any], batch_id: int) -> None:
@@ -127,11 +127,11 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
 
     # -- driver -------------------------------------------------------------------------------
 
-    def commit(self, messages: Sequence[TaskCommit | None], batchId: int) -> None:  # noqa: N803
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         with driver_session(self.options) as (commit_log, coordinator, settler):
             Committer(self.options, commit_log, coordinator, settler).commit(messages, batchId)
 
-    def abort(self, messages: Sequence[TaskCommit | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         with driver_session(self.options) as (commit_log, coordinator, settler):
             Committer(self.options, commit_log, coordinator, settler).abort(messages, batchId)
 

@@ -195,7 +195,8 @@ class JsonCommitLog:
             )
         try:
             return parse(data)
-        except CommitLogError as exc:
+        # records' version check lets ValueError/TypeError out for a malformed "version" field.
+        except (CommitLogError, ValueError, TypeError) as exc:
             raise CommitLogError(f"{self.uri}/{name}: {exc}; it is left as it is") from exc
 
 

@@ -1,0 +1,112 @@
+"""A streaming job: Kafka topic -> format("kafka_txn") -> Kafka topic, until the input is drained.
+
+Used by the demo and, as a separate process that tests kill, by the end-to-end tests:
+
+    python examples/pipeline.py --bootstrap 127.0.0.1:9092 --input events --output events_out \
+        --sink-id demo --commit-log /tmp/demo/_log --checkpoint /tmp/demo/ckpt
+
+It exits 0 when every available input row was written, and 3 with the error on stderr (and as
+JSON on stdout) when the query failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--sink-id", required=True)
+    parser.add_argument("--commit-log", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--max-offsets", type=int, default=1000, help="maxOffsetsPerTrigger")
+    parser.add_argument("--partitions", type=int, default=0, help="repartition to this many")
+    parser.add_argument("--master", default="local[2,4]")
+    parser.add_argument("--jars", default=os.environ.get("KTS_SPARK_JARS", ""))
+    parser.add_argument("--option", action="append", default=[], help="extra sink option k=v")
+    parser.add_argument("--register", action="store_true", help="use kafka_txn_sink.register()")
+    return parser.parse_args(argv)
+
+
+def build_spark(master: str, jars: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("kafka_txn_pipeline")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.memory", "1g")
+        .config("spark.python.worker.reuse", "true")
+    )
+    if jars:
+        builder = builder.config("spark.jars", jars)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    spark = build_spark(args.master, args.jars)
+    if args.register:
+        import kafka_txn_sink
+
+        kafka_txn_sink.register(spark)
+    source = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("subscribe", args.input)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", args.max_offsets)
+        .load()
+        .selectExpr("key", "value", "headers")
+    )
+    if args.partitions:
+        source = source.repartition(args.partitions)
+    writer = (
+        source.writeStream.format("kafka_txn")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("topic", args.output)
+        .option("sinkId", args.sink_id)
+        .option("commitLog", args.commit_log)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(availableNow=True)
+    )
+    for item in args.option:
+        key, _, value = item.partition("=")
+        writer = writer.option(key, value)
+    started = time.monotonic()
+    query = writer.start()
+    query.awaitTermination()
+    progress = query.recentProgress
+    return {
+        "ok": True,
+        "seconds": round(time.monotonic() - started, 2),
+        "batches": [p["batchId"] for p in progress],
+        "rows": sum(p["numInputRows"] for p in progress),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        result = run(args)
+    except Exception as exc:  # the caller wants the query's error, whatever its type
+        message = f"{type(exc).__name__}: {exc}"
+        print(json.dumps({"ok": False, "error": message}), flush=True)
+        print(message, file=sys.stderr, flush=True)
+        return 3
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""Runs the example pipeline as a separate process group that tests can hold, kill and restart."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafka_txn_sink import failpoints
+from kafka_txn_sink.coordinator import ONGOING, Coordinator, TxnState
+from kafka_txn_sink.identities import owns
+from kafka_txn_sink.verify import IdReport, compare_ids, read_topic
+
+ROOT = Path(__file__).resolve().parents[2]
+PIPELINE = ROOT / "examples" / "pipeline.py"
+QUERY_TIMEOUT_S = 240
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int
+    result: dict[str, object]
+    stderr: str
+
+    @property
+    def error(self) -> str:
+        return str(self.result.get("error", "")) + "\n" + self.stderr
+
+
+@dataclass
+class Pipeline:
+    """One sink (ids, topics, log, checkpoint) and the processes that run it."""
+
+    bootstrap: str
+    jars: str
+    workdir: Path
+    sink_id: str
+    input: str
+    output: str
+    options: dict[str, str] = field(default_factory=dict)
+    partitions: int = 0
+    max_offsets: int = 400
+
+    @property
+    def commit_log(self) -> Path:
+        return self.workdir / "log"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.workdir / "checkpoint"
+
+    @property
+    def signals(self) -> Path:
+        path = self.workdir / "failpoints"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def start(self, failpoint_spec: str = "", master: str = "local[2,4]") -> subprocess.Popen[str]:
+        args = [
+            sys.executable,
+            str(PIPELINE),
+            "--bootstrap",
+            self.bootstrap,
+            "--input",
+            self.input,
+            "--output",
+            self.output,
+            "--sink-id",
+            self.sink_id,
+            "--commit-log",
+            str(self.commit_log),
+            "--checkpoint",
+            str(self.checkpoint),
+            "--max-offsets",
+            str(self.max_offsets),
+            "--partitions",
+            str(self.partitions),
+            "--master",
+            master,
+            "--jars",
+            self.jars,
+        ]
+        for key, value in self.options.items():
+            args += ["--option", f"{key}={value}"]
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            failpoints.ENV: failpoint_spec,
+            failpoints.ENV_DIR: str(self.signals),
+            failpoints.ENV_MAX: "300",
+        }
+        return subprocess.Popen(
+            args,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            cwd=ROOT,
+        )
+
+    def run(self, failpoint_spec: str = "", master: str = "local[2,4]") -> Outcome:
+        return finish(self.start(failpoint_spec, master))
+
+    def wait_reached(
+        self, name: str, process: subprocess.Popen[str], timeout_s: float = 180
+    ) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not failpoints.reached(self.signals, name):
+            if process.poll() is not None:
+                out, err = process.communicate()
+                raise AssertionError(f"pipeline ended before {name}: {out}\n{err[-3000:]}")
+            if time.monotonic() > deadline:
+                kill_group(process)
+                raise AssertionError(f"failpoint {name} not reached in {timeout_s}s")
+            time.sleep(0.1)
+
+    def release(self, name: str) -> None:
+        failpoints.release(self.signals, name)
+
+    def reached_batches(self, name: str) -> list[int]:
+        path = self.signals / f"{name}.reached"
+        if not path.exists():
+            return []
+        return [json.loads(line)["batch"] for line in path.read_text().splitlines() if line]
+
+
+def finish(process: subprocess.Popen[str], timeout_s: float = QUERY_TIMEOUT_S) -> Outcome:
+    try:
+        out, err = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        out, err = process.communicate()
+        raise AssertionError(f"pipeline did not finish in {timeout_s}s: {err[-3000:]}") from None
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {}
+    return Outcome(process.returncode, result, err)
+
+
+def kill_group(process: subprocess.Popen[str]) -> None:
+    """SIGKILL the query's whole process group: driver JVM, Python workers, everything."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def create_topics(bootstrap: str, partitions: int, *names: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(n not in admin.list_topics(timeout=10).topics for n in names):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"topics {names} did not appear")
+        time.sleep(0.2)
+
+
+def produce_ids(bootstrap: str, topic: str, count: int) -> list[str]:
+    """`count` events with random string ids as keys (JSON values carrying the same id)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    ids = [uuid.uuid4().hex for _ in range(count)]
+    for event_id in ids:
+        producer.produce(topic, key=event_id, value=json.dumps({"id": event_id}))
+    if producer.flush(60) != 0:
+        raise AssertionError("input was not fully produced")
+    return ids
+
+
+def committed_report(bootstrap: str, topic: str, ids: list[str]) -> IdReport:
+    seen = read_topic(bootstrap, topic, "read_committed")
+    return compare_ids(ids, [(r.key or b"").decode() for r in seen])
+
+
+def open_transactions(bootstrap: str, sink_id: str) -> list[TxnState]:
+    with Coordinator(bootstrap, {}) as coordinator:
+        ids = [i for i in coordinator.list_ids([ONGOING]) if owns(sink_id, i)]
+        return [s for s in coordinator.describe(ids).values() if s.state == ONGOING]
+
+
+def assert_exactly_once(pipeline: Pipeline, ids: list[str]) -> IdReport:
+    report = committed_report(pipeline.bootstrap, pipeline.output, ids)
+    detail = f" missing={report.missing[:5]} dup={list(report.duplicated)[:5]}"
+    assert report.exact, report.summary() + detail
+    assert open_transactions(pipeline.bootstrap, pipeline.sink_id) == []
+    return report

@@ -1,0 +1,89 @@
+"""Records mode on a real broker and real Spark: every input id is seen once by read_committed
+consumers, whatever fails, and no transaction of the sink stays open afterwards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kafka_txn_sink.verify import read_topic
+from tests.e2e.harness import (
+    Pipeline,
+    assert_exactly_once,
+    committed_report,
+    finish,
+    kill_group,
+    produce_ids,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+N = 1200  # three micro-batches of 400 over three Spark partitions
+
+
+def test_several_batches_over_several_partitions(pipeline: Pipeline) -> None:
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
+
+    outcome = pipeline.run()
+
+    assert outcome.returncode == 0, outcome.error
+    assert outcome.result["batches"] == [0, 1, 2]
+    assert_exactly_once(pipeline, ids)
+    decisions = sorted((pipeline.commit_log / "decisions").iterdir())
+    assert len(decisions) == 3
+    first = json.loads(decisions[0].read_text())
+    assert {p["transactional_id"] for p in first["participants"]} == {
+        f"{pipeline.sink_id}-{p}" for p in range(3)
+    }
+
+
+def test_task_failing_after_part_of_its_rows_is_retried_once(pipeline: Pipeline) -> None:
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
+
+    outcome = pipeline.run("task.after_produce=raise-once")
+
+    assert outcome.returncode == 0, outcome.error
+    assert pipeline.reached_batches("task.after_produce") == [0]
+    assert_exactly_once(pipeline, ids)
+
+
+# Each point is a moment of the driver's commit; the query's process group is killed there,
+# then the query restarts from the same checkpoint.
+KILL_POINTS = [
+    "driver.before_decision",  # tasks prepared, no decision
+    "driver.after_decision",  # decision written, no EndTxn sent
+    "driver.after_first_endtxn",  # some EndTxns sent
+    "driver.after_completion",  # all complete, Spark's commits/N not written
+]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_query_killed_at_failpoint_then_restarted(pipeline: Pipeline, point: str) -> None:
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
+
+    process = pipeline.start(f"{point}=block@1")
+    pipeline.wait_reached(point, process)
+    kill_group(process)
+    assert pipeline.reached_batches(point) == [1]
+
+    outcome = pipeline.run()
+
+    assert outcome.returncode == 0, outcome.error
+    assert_exactly_once(pipeline, ids)
+
+
+def test_prepared_batch_is_invisible_until_decided(pipeline: Pipeline) -> None:
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, 400)
+
+    process = pipeline.start("driver.before_decision=block")
+    pipeline.wait_reached("driver.before_decision", process)
+    uncommitted = read_topic(pipeline.bootstrap, pipeline.output, "read_uncommitted")
+    committed = committed_report(pipeline.bootstrap, pipeline.output, ids)
+    assert len(uncommitted) == 400
+    assert committed.seen == 0
+    pipeline.release("driver.before_decision")
+    outcome = finish(process)
+
+    assert outcome.returncode == 0, outcome.error
+    assert_exactly_once(pipeline, ids)
