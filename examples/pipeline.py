@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", args.max_offsets)
         .load()
-        .selectExpr("key", "value", "headers")
+        .selectExpr("key", "value")
     )
     if args.partitions:
         source = source.repartition(args.partitions)

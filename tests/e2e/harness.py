@@ -34,7 +34,8 @@ class Outcome:
 
     @property
     def error(self) -> str:
-        return str(self.result.get("error", "")) + "\n" + self.stderr
+        """The query's error and the tail of its log, short enough to read in a test report."""
+        return str(self.result.get("error", ""))[:4000] + "\n" + self.stderr[-4000:]
 
 
 @dataclass

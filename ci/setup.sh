@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a clone: .venv with the package, its dev tools and the pyspark of
+# ci/versions.env, then every jar of the test bed (Kafka broker, Spark packages) resolved from
+# Maven Central into the cache ($KTS_CACHE or ~/.cache/kafka_txn_sink).
+# Needs only python3, java and mvn on PATH.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+for tool in python3 java mvn; do
+  command -v "$tool" >/dev/null || { echo "setup: $tool is not on PATH" >&2; exit 1; }
+done
+
+if [[ ! -x .venv/bin/python ]]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+
+spark_version="$(sed -n 's/^SPARK_VERSION=//p' ci/versions.env)"
+[[ -n "$spark_version" ]] || { echo "setup: SPARK_VERSION missing in ci/versions.env" >&2; exit 1; }
+
+# Re-install only when pyproject.toml or the pins changed since the last successful install.
+stamp=.venv/.kts-installed
+want="$(cat pyproject.toml ci/versions.env | sha256sum | cut -d' ' -f1)"
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+  echo "setup: pip install -e '.[dev]' pyspark==$spark_version"
+  # Compat mode puts the checkout on sys.path, so Spark's lookup of top-level pyspark_* modules
+  # (pkgutil.iter_modules) finds pyspark_kafka_txn; the default editable finder hides it.
+  .venv/bin/python -m pip install -q --disable-pip-version-check \
+    --config-settings editable_mode=compat -e '.[dev]' \
+    "pyspark==$spark_version"
+  echo "$want" > "$stamp"
+fi
+
+echo "setup: resolving the test bed's jars"
+.venv/bin/python ci/testbed.py fetch

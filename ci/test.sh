@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole check: set-up, lint, types, tests. Arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+ci/setup.sh
+
+echo "== ruff check"
+.venv/bin/ruff check
+echo "== mypy"
+.venv/bin/mypy
+echo "== pytest $*"
+status=0
+.venv/bin/pytest "$@" || status=$?
+if [[ $status -eq 5 ]]; then
+  echo "test.sh: pytest collected no tests: that is a failure" >&2
+  exit 1
+fi
+exit "$status"

@@ -1,0 +1,127 @@
+"""Session fixtures of the test bed (ci/testbed.py): a real Kafka broker, an S3 server, jars.
+
+Bring your own: ``KTS_KAFKA_BOOTSTRAP`` uses an existing broker and ``KTS_S3_ENDPOINT`` an
+existing S3 endpoint instead of starting ours. A part that cannot be started fails the tests
+that need it; it is never skipped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import sys
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+_CI_DIR = str(Path(__file__).resolve().parents[1] / "ci")
+if _CI_DIR not in sys.path:
+    sys.path.insert(0, _CI_DIR)
+
+import testbed  # noqa: E402
+
+Broker = testbed.KafkaBroker | testbed.ExternalKafkaBroker
+S3 = testbed.S3Server | testbed.ExternalS3Server
+
+testbed.set_default_aws_env()
+# Spark's Python workers must run this interpreter (it has the package), on loopback only.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    kafka = os.environ.get("KTS_KAFKA_BOOTSTRAP") or f"ours, {testbed.default_kafka_version()}"
+    s3 = os.environ.get("KTS_S3_ENDPOINT") or "ours (moto server)"
+    return [f"test bed: kafka={kafka}; s3={s3}; cache={testbed.cache_dir()}"]
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """The session's broker: ours (KafkaBroker) or the one of ``KTS_KAFKA_BOOTSTRAP``."""
+    external = os.environ.get("KTS_KAFKA_BOOTSTRAP")
+    broker: Broker
+    if external:
+        broker = testbed.ExternalKafkaBroker(external)
+        broker.start()
+        yield broker
+        return
+    broker = testbed.KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: Broker) -> str:
+    return kafka_broker.bootstrap
+
+
+@pytest.fixture
+def make_kafka_broker(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., testbed.KafkaBroker]]:
+    """A factory of private brokers (started, stopped at the end of the test) for tests that
+    kill or reconfigure a broker: ``make_kafka_broker(extra_config={...}, version=...)``."""
+    brokers: list[testbed.KafkaBroker] = []
+
+    def make(
+        version: str | None = None, extra_config: Mapping[str, object] | None = None
+    ) -> testbed.KafkaBroker:
+        workdir = tmp_path_factory.mktemp("kafka_private")
+        broker = testbed.KafkaBroker(workdir, version=version, extra_config=extra_config)
+        brokers.append(broker)
+        broker.start()
+        return broker
+
+    yield make
+    for broker in brokers:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
+    """The session's S3 server: ours (S3Server, can pause/resume) or ``KTS_S3_ENDPOINT``."""
+    external = os.environ.get("KTS_S3_ENDPOINT")
+    if external:
+        yield testbed.ExternalS3Server(external)
+        return
+    server = testbed.S3Server(tmp_path_factory.mktemp("s3"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(s3_server: S3) -> str:
+    return s3_server.endpoint
+
+
+@pytest.fixture(scope="session")
+def spark_jars() -> list[str]:
+    """Jar paths for ``spark.jars`` (``",".join(spark_jars)``): Kafka source/sink and Avro."""
+    jars = [str(path) for path in testbed.spark_jars()]
+    if not jars:
+        raise testbed.TestbedError("no Spark package jars were resolved")
+    return jars
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def unique(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``unique("topic")`` -> ``topic_<test name>_<n>_<random>``: letters, digits, underscores."""
+    test_name = re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)[:40]
+
+    def make(prefix: str = "x") -> str:
+        clean = re.sub(r"[^A-Za-z0-9_]", "_", prefix)
+        return f"{clean}_{test_name}_{next(_counter)}_{uuid.uuid4().hex[:8]}"
+
+    return make

@@ -1,0 +1,225 @@
+"""The EndTxn client against Apache Kafka's own coordinator: what it commits, what it refuses.
+
+Each transaction here is opened by a separate process that exits without closing its producer,
+as a Spark task does; the test process then completes it as the driver does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from kafka_txn_sink.cluster import Cluster
+from kafka_txn_sink.coordinator import NOT_FOUND, ONGOING, Coordinator
+from kafka_txn_sink.errors import KafkaTxnSinkError, KafkaUnavailableError
+from kafka_txn_sink.producer import TaskTransaction, producer_config
+from kafka_txn_sink.records import Triple
+from kafka_txn_sink.verify import read_topic
+from tests.e2e.harness import create_topics
+
+pytestmark = pytest.mark.kafka
+
+HERE = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class Opened:
+    triple: Triple
+    topic: str
+    partition: int
+    first_offset: int
+
+
+@pytest.fixture
+def topic(kafka_bootstrap: str) -> str:
+    name = f"coord_{uuid.uuid4().hex[:10]}"
+    create_topics(kafka_bootstrap, 3, name)
+    return name
+
+
+def open_elsewhere(bootstrap: str, topic: str, rows: int = 10, timeout_ms: int = 60_000) -> Opened:
+    txn_id = f"coordtest_{uuid.uuid4().hex[:8]}-0"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "prepare_and_exit.py"),
+            bootstrap,
+            txn_id,
+            topic,
+            str(rows),
+            str(timeout_ms),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    body = json.loads(done.stdout.strip().splitlines()[-1])
+    partition, (first, _) = sorted(body["offsets"][topic].items())[0]
+    triple = Triple(body["transactional_id"], body["producer_id"], body["producer_epoch"])
+    return Opened(triple, topic, int(partition), first)
+
+
+def visible_rows(bootstrap: str, topic: str, prefix: str) -> int:
+    return sum(
+        1 for r in read_topic(bootstrap, topic) if (r.value or b"").decode().startswith(prefix)
+    )
+
+
+def test_transaction_of_an_exited_process_stays_open(kafka_bootstrap: str, topic: str) -> None:
+    opened = open_elsewhere(kafka_bootstrap, topic)
+
+    with Coordinator(kafka_bootstrap, {}) as coordinator:
+        state = coordinator.describe([opened.triple.transactional_id])[
+            opened.triple.transactional_id
+        ]
+
+    assert state.state == ONGOING
+    assert state.triple == opened.triple
+    assert len(read_topic(kafka_bootstrap, topic, "read_uncommitted")) == 10
+    assert visible_rows(kafka_bootstrap, topic, opened.triple.transactional_id) == 0
+
+
+def test_commit_from_another_process_makes_rows_visible_once(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    opened = open_elsewhere(kafka_bootstrap, topic)
+
+    with Coordinator(kafka_bootstrap, {}) as coordinator:
+        first = coordinator.end_transactions([opened.triple], commit=True, deadline_s=30)
+        again = coordinator.end_transactions([opened.triple], commit=True, deadline_s=30)
+
+    assert [r.error for r in first] == [None]
+    assert [r.error for r in again] == [None], "a repeated commit must answer success"
+    assert visible_rows(kafka_bootstrap, topic, opened.triple.transactional_id) == 10
+
+
+def test_abort_from_another_process_hides_rows(kafka_bootstrap: str, topic: str) -> None:
+    opened = open_elsewhere(kafka_bootstrap, topic)
+
+    with Coordinator(kafka_bootstrap, {}) as coordinator:
+        result = coordinator.end_transactions([opened.triple], commit=False, deadline_s=30)
+        commit_after_abort = coordinator.end_transactions(
+            [opened.triple], commit=True, deadline_s=30
+        )
+
+    assert [r.error for r in result] == [None]
+    assert commit_after_abort[0].error == "InvalidTxnStateError"
+    assert visible_rows(kafka_bootstrap, topic, opened.triple.transactional_id) == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"producer_epoch": 1}, {"InvalidProducerEpochError", "ProducerFencedError"}),
+        ({"producer_id": 999_999}, {"InvalidProducerIdMappingError"}),
+        ({"transactional_id": "coordtest_never_used-0"}, {"InvalidProducerIdMappingError"}),
+    ],
+)
+def test_end_txn_with_a_wrong_triple_is_refused(
+    kafka_bootstrap: str, topic: str, change: dict[str, object], expected: set[str]
+) -> None:
+    opened = open_elsewhere(kafka_bootstrap, topic)
+    wrong = Triple(**{**opened.triple.__dict__, **change})  # type: ignore[arg-type]
+
+    with Coordinator(kafka_bootstrap, {}) as coordinator:
+        (result,) = coordinator.end_transactions([wrong], commit=True, deadline_s=30)
+        state = coordinator.describe([opened.triple.transactional_id])
+
+    assert result.error in expected
+    assert state[opened.triple.transactional_id].state == ONGOING
+    assert visible_rows(kafka_bootstrap, topic, opened.triple.transactional_id) == 0
+    with Coordinator(kafka_bootstrap, {}) as coordinator:
+        coordinator.end_transactions([opened.triple], commit=False, deadline_s=30)
+
+
+def test_many_commits_in_parallel(kafka_bootstrap: str, topic: str) -> None:
+    opened = [open_elsewhere(kafka_bootstrap, topic, rows=3) for _ in range(6)]
+
+    with Coordinator(kafka_bootstrap, {}) as coordinator:
+        results = coordinator.end_transactions(
+            [o.triple for o in opened], commit=True, deadline_s=30
+        )
+
+    assert [r.error for r in results] == [None] * 6
+    assert len(read_topic(kafka_bootstrap, topic)) == 18
+
+
+def test_fenced_by_a_new_producer_then_commit_fails(kafka_bootstrap: str, topic: str) -> None:
+    opened = open_elsewhere(kafka_bootstrap, topic)
+    fencer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": opened.triple.transactional_id}
+    )
+    fencer.init_transactions(30)
+
+    with Coordinator(kafka_bootstrap, {}) as coordinator:
+        (result,) = coordinator.end_transactions([opened.triple], commit=True, deadline_s=30)
+
+    assert result.error in {"InvalidProducerEpochError", "ProducerFencedError"}
+    assert visible_rows(kafka_bootstrap, topic, opened.triple.transactional_id) == 0
+
+
+def test_probe_tells_committed_aborted_and_open_apart(kafka_bootstrap: str, topic: str) -> None:
+    committed, aborted, still_open = (open_elsewhere(kafka_bootstrap, topic) for _ in range(3))
+    with Coordinator(kafka_bootstrap, {}) as coordinator:
+        coordinator.end_transactions([committed.triple], commit=True, deadline_s=30)
+        coordinator.end_transactions([aborted.triple], commit=False, deadline_s=30)
+    cluster = Cluster(kafka_bootstrap, {}, timeout_ms=3000)
+
+    def probe(o: Opened) -> bool | None:
+        return cluster.is_visible(o.topic, o.partition, o.first_offset)
+
+    assert probe(committed) is True
+    assert probe(aborted) is False
+    assert probe(still_open) is None
+    with Coordinator(kafka_bootstrap, {}) as coordinator:
+        coordinator.end_transactions([still_open.triple], commit=False, deadline_s=30)
+
+
+def test_list_and_describe_unknown_ids(kafka_bootstrap: str, topic: str) -> None:
+    opened = open_elsewhere(kafka_bootstrap, topic)
+
+    with Coordinator(kafka_bootstrap, {}) as coordinator:
+        ongoing = coordinator.list_ids([ONGOING])
+        unknown = coordinator.describe(["coordtest_nobody-7"])
+        coordinator.end_transactions([opened.triple], commit=False, deadline_s=30)
+
+    assert opened.triple.transactional_id in ongoing
+    assert unknown["coordtest_nobody-7"].state == NOT_FOUND
+
+
+def test_unreachable_broker_is_a_clear_error() -> None:
+    with pytest.raises(KafkaUnavailableError, match=r"kafka.bootstrap.servers=127.0.0.1:1"):
+        Coordinator("127.0.0.1:1", {}, timeout_ms=2000)
+
+
+def test_later_attempt_fences_the_earlier_one(kafka_bootstrap: str, topic: str) -> None:
+    """Two attempts of one Spark partition racing: only the later one can prepare."""
+    txn_id = f"coordtest_{uuid.uuid4().hex[:8]}-0"
+
+    def attempt() -> TaskTransaction:
+        return TaskTransaction(producer_config(kafka_bootstrap, {}, txn_id, 60_000), 30)
+
+    early, late = attempt(), attempt()
+    early.init()
+    early.send(topic, value=b"early")
+    late.init()  # fences `early` and aborts what it sent
+    late.send(topic, value=b"late")
+    with pytest.raises(KafkaTxnSinkError):
+        for _ in range(50):  # the fence shows on the next round trip of `early`
+            early.send(topic, value=b"early")
+        early.prepare()
+    prepared = late.prepare()
+    assert prepared is not None
+    with Coordinator(kafka_bootstrap, {}) as coordinator:
+        coordinator.end_transactions([prepared.triple], commit=True, deadline_s=30)
+
+    values = [r.value for r in read_topic(kafka_bootstrap, topic)]
+    assert values == [b"late"]
