@@ -47,6 +47,8 @@ _KNOWN = {
     "s3.secretaccesskey",
     "s3.pathstyle",
     # Spark passes these through to every sink; they are Spark's, not ours.
+    "asyncprogresstrackingenabled",
+    "asyncprogresstrackingcheckpointintervalms",
     "checkpointlocation",
     "path",
     "queryname",

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import pytest
+
+from kafka_txn_sink.identities import id_pattern, owns, partition_of, transactional_id
+
+
+def test_ids_are_sink_dash_partition() -> None:
+    assert transactional_id("orders.v2", 7) == "orders.v2-7"
+    assert partition_of("orders.v2", "orders.v2-7") == 7
+
+
+@pytest.mark.parametrize(
+    ("txn_id", "owned"),
+    [
+        ("orders-0", True),
+        ("orders-123", True),
+        ("orders_b-0", False),  # another sink sharing the prefix
+        ("orders-0-1", False),
+        ("orders-", False),
+        ("xorders-1", False),
+        ("orders-1x", False),
+    ],
+)
+def test_only_exactly_this_sinks_ids_match(txn_id: str, owned: bool) -> None:
+    assert owns("orders", txn_id) is owned
+
+
+def test_dots_in_sink_ids_are_literal() -> None:
+    assert id_pattern("a.b").match("a.b-1")
+    assert not id_pattern("a.b").match("axb-1")
