@@ -1,0 +1,74 @@
+"""The task's producer on a real broker: the triple it reports is the coordinator's, and
+preparing hundreds of transactions in one (reused) Python worker leaks no thread or handle."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from kafka_txn_sink.coordinator import ONGOING, Coordinator
+from kafka_txn_sink.producer import TaskTransaction, producer_config
+from tests.e2e.harness import create_topics
+
+pytestmark = pytest.mark.kafka
+
+CYCLES = 150
+
+
+def native_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def prepare_one(bootstrap: str, topic: str, txn_id: str) -> TaskTransaction:
+    txn = TaskTransaction(producer_config(bootstrap, {}, txn_id, 60_000), timeout_s=30)
+    txn.init()
+    txn.send(topic, value=b"x", key=b"k")
+    assert txn.prepare() is not None
+    return txn
+
+
+def test_reported_triple_is_the_coordinators(kafka_bootstrap: str) -> None:
+    topic = f"prod_{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_bootstrap, 3, topic)
+    txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"
+    txn = TaskTransaction(producer_config(kafka_bootstrap, {}, txn_id, 60_000), timeout_s=30)
+    txn.init()
+    for i in range(100):
+        txn.send(topic, value=b"v", key=str(i).encode())
+    prepared = txn.prepare()
+    txn.detach()
+
+    assert prepared is not None and prepared.rows == 100
+    assert (
+        sum(last - first + 1 for p in prepared.offsets[topic].values() for first, last in [p])
+        == 100
+    )
+    with Coordinator(kafka_bootstrap, {}) as coordinator:
+        state = coordinator.describe([txn_id])[txn_id]
+        coordinator.end_transactions([prepared.triple], commit=False, deadline_s=30)
+    assert state.state == ONGOING
+    assert state.triple == prepared.triple
+
+
+def test_hundreds_of_prepared_transactions_leak_nothing(kafka_bootstrap: str) -> None:
+    topic = f"prod_{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_bootstrap, 1, topic)
+    txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"
+    for _ in range(5):  # warm up: first connections, lazily started library threads
+        prepare_one(kafka_bootstrap, topic, txn_id).detach()
+    threads, files = native_threads(), open_files()
+
+    for _ in range(CYCLES):
+        prepare_one(kafka_bootstrap, topic, txn_id).detach()
+
+    assert native_threads() <= threads + 2, "producer threads outlive their tasks"
+    assert open_files() <= files + 4, "sockets or pipes outlive their tasks"
+    with Coordinator(kafka_bootstrap, {}) as coordinator:
+        last = coordinator.describe([txn_id])[txn_id]
+        coordinator.end_transactions([last.triple], commit=False, deadline_s=30)
