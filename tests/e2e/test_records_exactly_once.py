@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from kafka.partitioner.default import murmur2
 
 from kafka_txn_sink.verify import read_topic
 from tests.e2e.harness import (
@@ -23,6 +24,7 @@ N = 1200  # three micro-batches of 400 over three Spark partitions
 
 
 def test_several_batches_over_several_partitions(pipeline: Pipeline) -> None:
+    """Also: keys land where Spark's own sink puts them (the Java client's murmur2)."""
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
 
     outcome = pipeline.run()
@@ -37,6 +39,9 @@ def test_several_batches_over_several_partitions(pipeline: Pipeline) -> None:
     assert {p["transactional_id"] for p in first["participants"]} == {
         f"{pipeline.sink_id}-{p}" for p in range(3)
     }
+    for record in read_topic(pipeline.bootstrap, pipeline.output):
+        assert record.key is not None
+        assert record.partition == (murmur2(record.key) & 0x7FFFFFFF) % 3, record.key
 
 
 def test_task_failing_after_part_of_its_rows_is_retried_once(pipeline: Pipeline) -> None:
