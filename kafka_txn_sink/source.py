@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
+from confluent_kafka import KafkaException, Producer
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
@@ -16,6 +17,7 @@ from kafka_txn_sink.coordinator import Coordinator
 from kafka_txn_sink.errors import ConfigError, KafkaTxnSinkError
 from kafka_txn_sink.identities import owns, transactional_id
 from kafka_txn_sink.options import SinkOptions, parse_options
+from kafka_txn_sink.producer import producer_config
 from kafka_txn_sink.records import SinkMeta
 from kafka_txn_sink.recovery import Settler
 from kafka_txn_sink.storage import open_storage
@@ -48,6 +50,7 @@ class KafkaTxnDataSource(DataSource):
         options = parse_options(self.options)
         columns = plan_columns(schema, options.topic)
         options = resolve_against_cluster(options)
+        check_producer_settings(options)
         commit_log = open_commit_log(options.commit_log, options.s3)
         with Coordinator(
             options.bootstrap_servers, options.kafka, options.commit_timeout_ms
@@ -86,6 +89,24 @@ def resolve_against_cluster(options: SinkOptions) -> SinkOptions:
             f"transaction.max.timeout.ms={broker_max}; lower it or raise the broker setting"
         )
     return options
+
+
+def check_producer_settings(options: SinkOptions) -> None:
+    """Let librdkafka judge the kafka.* settings here, not in every task.
+
+    Raises:
+        ConfigError: librdkafka refuses a setting; the message names it.
+    """
+    config = producer_config(
+        options.bootstrap_servers,
+        options.kafka,
+        transactional_id(options.sink_id, 0),
+        options.require_transaction_timeout(),
+    )
+    try:
+        Producer(config)  # no request is sent before init_transactions(); dropped at once
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise ConfigError(f"a kafka.* option is not a valid producer setting: {exc}") from None
 
 
 def claim_log(options: SinkOptions, commit_log: CommitLog, coordinator: Coordinator) -> None:
