@@ -44,8 +44,9 @@ def producer_config(
             "statistics.interval.ms": STATS_INTERVAL_MS,
         }
     )
-    if int(config["message.timeout.ms"]) > txn_timeout_ms:
-        config["message.timeout.ms"] = txn_timeout_ms
+    # librdkafka refuses a producer whose waits exceed its transaction timeout.
+    for name in ("message.timeout.ms", "socket.timeout.ms"):
+        config[name] = min(int(config[name]), txn_timeout_ms)
     return config
 
 

@@ -34,3 +34,12 @@ def test_a_setting_librdkafka_refuses_is_a_config_error(setting: str) -> None:
     with pytest.raises(ConfigError, match="kafka") as raised:
         check_producer_settings(options.with_transaction_timeout(60_000))
     assert "hunter2" not in str(raised.value)
+
+
+def test_a_short_transaction_timeout_still_makes_a_valid_producer() -> None:
+    from confluent_kafka import Producer
+
+    config = producer_config("127.0.0.1:1", {"socket.timeout.ms": "60000"}, "s-0", 5_000)
+
+    assert config["socket.timeout.ms"] <= 5_000
+    Producer(config)  # librdkafka refuses socket.timeout.ms > transaction.timeout.ms + 100
