@@ -63,15 +63,21 @@ TESTS = ["before_decision", "after_decision", "after_first_endtxn", "after_compl
 
 
 def mutant_tree(name: str, work: Path) -> Path:
-    _, path, old, new = MUTANTS[name]
+    """A copy of the tree with every removal of `name` applied (`R1+R3` removes both)."""
     tree = work / name
     shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__"))
-    target = tree / path
-    text = target.read_text()
-    if text.count(old) != 1:
-        raise SystemExit(f"{name}: the text to replace is not found exactly once in {path}")
-    target.write_text(text.replace(old, new))
+    for part in name.split("+"):
+        _, path, old, new = MUTANTS[part]
+        target = tree / path
+        text = target.read_text()
+        if text.count(old) != 1:
+            raise SystemExit(f"{part}: the text to replace is not found exactly once in {path}")
+        target.write_text(text.replace(old, new))
     return tree
+
+
+def describe(name: str) -> str:
+    return " + ".join(MUTANTS[part][0] for part in name.split("+"))
 
 
 def run_test(tree: Path, test: str) -> str:
@@ -108,7 +114,7 @@ def main() -> int:
             tree = mutant_tree(name, Path(work))
             cells = {test: run_test(tree, test) for test in args.tests.split(",")}
             row = "  ".join(f"{t}={v}" for t, v in cells.items())
-            print(f"{name} ({MUTANTS[name][0]}): {row}", flush=True)
+            print(f"{name} ({describe(name)}): {row}", flush=True)
     return 0
 
 
