@@ -36,6 +36,25 @@ class Triple:
 
 
 @dataclass(frozen=True)
+class FileRef:
+    """One Avro file a task wrote (files mode); its reference message names the same facts."""
+
+    location: str  # s3://bucket/key or an absolute local path
+    partition_path: str  # Hive-style, e.g. user=ann/date=2026-11-21/hour=05
+    partition_values: dict[str, str | None]
+    records: int
+    bytes: int
+    schema_fingerprint: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> FileRef:
+        return cls(**body)
+
+
+@dataclass(frozen=True)
 class TaskCommit(WriterCommitMessage):
     """The message one task attempt returns from `write()`."""
 
@@ -50,6 +69,7 @@ class TaskCommit(WriterCommitMessage):
     producer_epoch: int = -1
     offsets: OffsetRanges = field(default_factory=dict)
     prepared_at_ms: int = 0
+    files: tuple[FileRef, ...] = ()
 
     @property
     def triple(self) -> Triple:
@@ -69,6 +89,7 @@ class Participant:
     producer_epoch: int
     rows: int
     offsets: OffsetRanges
+    files: tuple[FileRef, ...] = ()
 
     @property
     def triple(self) -> Triple:
@@ -86,6 +107,7 @@ class Participant:
             producer_epoch=task.producer_epoch,
             rows=task.rows,
             offsets=task.offsets,
+            files=task.files,
         )
 
 
@@ -226,11 +248,15 @@ def _by_partition(participant: Participant) -> int:
 
 
 def _participant_json(participant: Participant) -> dict[str, Any]:
-    return {**asdict(participant), "offsets": _offsets_json(participant.offsets)}
+    body = {**asdict(participant), "offsets": _offsets_json(participant.offsets)}
+    if not participant.files:
+        body.pop("files")  # records mode keeps its records as they were
+    return body
 
 
 def _participant_from(body: dict[str, Any]) -> Participant:
-    return Participant(**{**body, "offsets": _offsets_from(body["offsets"])})
+    files = tuple(FileRef.from_json(f) for f in body.get("files", ()))
+    return Participant(**{**body, "offsets": _offsets_from(body["offsets"]), "files": files})
 
 
 def _offsets_json(offsets: OffsetRanges) -> dict[str, dict[str, list[int]]]:
