@@ -3,7 +3,8 @@ test depends on. Slow (one Spark run pair per cell); not part of CI.
 
     .venv/bin/python ci/mutations.py [--only R1,R3] [--tests before_decision,after_decision]
 
-Each mutant is a copy of the working tree with one replacement applied; a cell reads `fails`
+Each mutant is a copy of HEAD (committed code only) with the replacements applied; a cell
+reads `fails`
 when the test caught the removal, `passes` when the step was not needed for that scenario.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,9 +63,13 @@ TESTS = ["before_decision", "after_decision", "after_first_endtxn", "after_compl
 
 
 def mutant_tree(name: str, work: Path) -> Path:
-    """A copy of the tree with every removal of `name` applied (`R1+R3` removes both)."""
+    """HEAD's tree with every removal of `name` applied (`R1+R3` removes both)."""
     tree = work / name
-    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__"))
+    tree.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     for part in name.split("+"):
         _, path, old, new = MUTANTS[part]
         target = tree / path
