@@ -3,9 +3,8 @@ test depends on. Slow (one Spark run pair per cell); not part of CI.
 
     .venv/bin/python ci/mutations.py [--only R1,R3] [--tests before_decision,after_decision]
 
-Each mutant is a copy of HEAD (committed code only) with the replacements applied; a cell
-reads `fails`
-when the test caught the removal, `passes` when the step was not needed for that scenario.
+Each mutant is a copy of HEAD (committed code only) with the replacements applied; a cell reads
+`fails` when the test caught the removal, `passes` when the step was not needed for it.
 """
 
 from __future__ import annotations
