@@ -45,3 +45,7 @@ class TransactionCompletionError(KafkaTxnSinkError):
 
 class KafkaUnavailableError(KafkaTxnSinkError):
     """The brokers cannot be reached, or a request to them timed out."""
+
+
+class StagingError(KafkaTxnSinkError):
+    """An output file (files mode) could not be written, uploaded, listed or deleted."""

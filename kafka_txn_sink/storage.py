@@ -420,29 +420,39 @@ def _rebuild_s3(bucket: str, prefix: str, settings: S3Settings, page_size: int) 
 
 def open_storage(uri: str, s3: S3Settings | None = None) -> Storage:
     """`s3://bucket/prefix`, `file:///path` or a plain path; anything else is refused."""
+    location = parse_location(uri, "commit log", CommitLogError)
+    if location.scheme == "s3":
+        return S3Storage(location.bucket, location.path, s3)
+    return LocalStorage(Path(location.path))
+
+
+@dataclass(frozen=True)
+class Location:
+    """A parsed location: an S3 bucket and key prefix, or a local path (`bucket` empty)."""
+
+    scheme: str  # "s3" or "file"
+    bucket: str
+    path: str
+
+
+def parse_location(uri: str, what: str, error: type[Exception] = CommitLogError) -> Location:
+    """`s3://bucket/prefix`, `file:///path` or a plain path; `what` names the location in the
+    `error` raised for anything else."""
     match = _SCHEME.match(uri)
     scheme = match.group(1).lower() if match else ""
     if scheme == "s3":
-        return _open_s3(uri, s3)
+        parsed = urlparse(uri)
+        if not parsed.netloc or parsed.query or parsed.fragment:
+            raise error(f"invalid S3 {what} location {uri!r}: use s3://bucket/prefix")
+        return Location("s3", parsed.netloc, unquote(parsed.path))
     if scheme == "file":
-        return _open_file(uri)
+        parsed = urlparse(uri)
+        if parsed.netloc not in ("", "localhost") or not parsed.path:
+            raise error(f"invalid file {what} location {uri!r}: use file:///path")
+        return Location("file", "", unquote(parsed.path))
     if scheme or not uri.strip():
-        raise CommitLogError(
-            f"unsupported commit log location {uri!r}: use s3://bucket/prefix, "
+        raise error(
+            f"unsupported {what} location {uri!r}: use s3://bucket/prefix, "
             "file:///path or a local path"
         )
-    return LocalStorage(Path(uri))
-
-
-def _open_s3(uri: str, s3: S3Settings | None) -> S3Storage:
-    parsed = urlparse(uri)
-    if not parsed.netloc or parsed.query or parsed.fragment:
-        raise CommitLogError(f"invalid S3 commit log location {uri!r}: use s3://bucket/prefix")
-    return S3Storage(parsed.netloc, unquote(parsed.path), s3)
-
-
-def _open_file(uri: str) -> LocalStorage:
-    parsed = urlparse(uri)
-    if parsed.netloc not in ("", "localhost") or not parsed.path:
-        raise CommitLogError(f"invalid file commit log location {uri!r}: use file:///path")
-    return LocalStorage(Path(unquote(parsed.path)))
+    return Location("file", "", uri)

@@ -1,0 +1,647 @@
+"""The Avro files one Spark task writes in files mode (executor side).
+
+`plan_files` checks the options against the input schema once, on the driver; the `FilePlan` it
+returns travels to the tasks, where a `FileSet` routes each row to the open file of its partition
+directory, rolls files at a record or byte limit, and keeps at most `max_open_files` open,
+closing the least recently used one when a new directory needs a file (a later row of that
+directory starts another file). So memory and file handles stay bounded however many distinct
+keys (`user`) a task sees; the price is more, smaller files when rows of many keys interleave,
+which `df.sortWithinPartitions(<partition columns>)` before the sink avoids.
+
+Two modes:
+
+- Spark schema: the record is the row minus its partition columns (as Spark's file sink writes
+  them), in the schema of `avro_schema.spark_to_avro`, written block by block with fastavro.
+- Payload: the record is the JSON object in `payload_column`; each file's schema is aggregated
+  from that file's payloads (`avro_schema.SchemaAggregator`). The schema must be final before
+  the header is written, so payloads are spooled to a local file (parsed, in `marshal` form)
+  and the Avro file is written when its file closes; no file's rows are ever held in memory.
+
+A finished file is uploaded at once and its local copy deleted. Byte limits count the written
+Avro file (Spark schema: compressed blocks flushed so far) or the spooled payloads (payload
+mode: the Avro file is not written yet); either may be exceeded by one block or one row.
+
+Files are named `part-<batch>-<partition>-<attempt>-<seq>-<token>.avro`: unique per batch, Spark
+partition, attempt and file, with a random token against batch ids that restart at 0. The sync
+marker derives from (batch, partition, seq), so rewriting the same rows gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import marshal
+import shutil
+import tempfile
+import uuid
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Literal, cast
+
+import fastavro
+from fastavro.write import Writer
+from pyspark.sql.types import (
+    BinaryType,
+    CharType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+    VarcharType,
+)
+
+from kafka_txn_sink.avro_schema import (
+    Irreconcilable,
+    SchemaAggregator,
+    fingerprint,
+    row_converter,
+    schema_digest,
+    spark_to_avro,
+)
+from kafka_txn_sink.errors import ConfigError, InputError, StagingError
+from kafka_txn_sink.file_sink import FileSink
+from kafka_txn_sink.partitioning import (
+    PARTITION_TYPES,
+    PATTERN_OPTION,
+    PartitionSpec,
+    PartitionValues,
+    TimePattern,
+    supports_partition_type,
+    time_zone,
+)
+from kafka_txn_sink.records import FileRef
+
+Codec = Literal["null", "deflate", "snappy", "zstandard"]
+CODECS: tuple[Codec, ...] = ("null", "deflate", "snappy", "zstandard")
+
+# Option names, for messages (the options module maps user options onto `plan_files`).
+OPT_PARTITION_BY = "partitionBy"
+OPT_TIME_COLUMN = "timePartitionColumn"
+OPT_TIME_PATTERN = PATTERN_OPTION
+OPT_TIME_ZONE = "timePartitionTimeZone"
+OPT_PAYLOAD = "payloadColumn"
+OPT_CODEC = "avroCodec"
+OPT_MAX_RECORDS = "maxRecordsPerFile"
+OPT_MAX_BYTES = "maxBytesPerFile"
+OPT_MAX_OPEN = "maxOpenFiles"
+
+DEFAULT_MAX_BYTES = 128 * 1024 * 1024
+DEFAULT_MAX_OPEN_FILES = 32
+SCHEMAS_DIR = "_schemas"
+
+_TEXT_TYPES = (StringType, CharType, VarcharType)
+
+
+# --- plan (driver) -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    """What every task of a files-mode sink needs to write its files; checked, picklable.
+
+    `max_records_per_file` 0 means no limit (as Spark's `maxRecordsPerFile`).
+    """
+
+    schema: StructType
+    spec: PartitionSpec
+    payload_column: str | None
+    codec: Codec
+    max_records_per_file: int
+    max_bytes_per_file: int
+    max_open_files: int
+    irreconcilable: Irreconcilable = "union"
+
+    @property
+    def data_indexes(self) -> tuple[int, ...]:
+        """Positions of the columns written to files in Spark-schema mode."""
+        partitioned = set(self.spec.columns)
+        return tuple(i for i, n in enumerate(self.schema.names) if n not in partitioned)
+
+    def data_schema(self) -> StructType:
+        return StructType([self.schema.fields[i] for i in self.data_indexes])
+
+    def avro_schema(self) -> dict[str, Any]:
+        """The record schema of every file in Spark-schema mode."""
+        return spark_to_avro(self.data_schema())
+
+
+def plan_files(
+    schema: StructType,
+    *,
+    partition_by: Sequence[str] = (),
+    time_column: str | None = None,
+    time_pattern: str | None = None,
+    time_zone_name: str = "UTC",
+    payload_column: str | None = None,
+    codec: str = "null",
+    max_records_per_file: int = 0,
+    max_bytes_per_file: int = DEFAULT_MAX_BYTES,
+    max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+    irreconcilable: Irreconcilable = "union",
+) -> FilePlan:
+    """Check the files-mode options against the input schema.
+
+    Raises:
+        ConfigError: an option is invalid or names a column the input does not have.
+        InputError: a named column has a type it cannot serve for (partition, time, payload
+            column), or a written column has a type Avro cannot hold.
+    """
+    names = schema.names
+    _check_limits(max_records_per_file, max_bytes_per_file, max_open_files)
+    checked_codec = _check_codec(codec)
+    columns = _check_partition_columns(schema, partition_by)
+    pattern = TimePattern.parse(time_pattern) if time_pattern is not None else None
+    if time_column is not None and time_column not in names:
+        raise _missing(OPT_TIME_COLUMN, time_column, names)
+    time_field = schema[time_column] if time_column is not None else None
+    if time_field is not None and not isinstance(
+        time_field.dataType, (TimestampType, TimestampNTZType)
+    ):
+        raise InputError(
+            f"column {time_column} is {time_field.dataType.simpleString()}; option "
+            f"{OPT_TIME_COLUMN} needs a timestamp or timestamp_ntz column"
+        )
+    spec = PartitionSpec(
+        columns,
+        pattern,
+        time_column,
+        time_zone(time_zone_name, OPT_TIME_ZONE),
+        time_ntz=time_field is not None and isinstance(time_field.dataType, TimestampNTZType),
+    )
+    if payload_column is not None:
+        _check_payload_column(schema, payload_column, columns)
+    if irreconcilable not in ("union", "string"):
+        raise ConfigError(f"irreconcilable must be 'union' or 'string', not {irreconcilable!r}")
+    plan = FilePlan(
+        schema,
+        spec,
+        payload_column,
+        checked_codec,
+        max_records_per_file,
+        max_bytes_per_file,
+        max_open_files,
+        irreconcilable,
+    )
+    if payload_column is None:
+        _check_data_columns(plan)
+    return plan
+
+
+def _check_limits(max_records: int, max_bytes: int, max_open: int) -> None:
+    for option, value, least in (
+        (OPT_MAX_RECORDS, max_records, 0),
+        (OPT_MAX_BYTES, max_bytes, 1),
+        (OPT_MAX_OPEN, max_open, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"option {option} must be an integer of at least {least}: {value!r}")
+
+
+def _check_codec(codec: str) -> Codec:
+    for known in CODECS:
+        if codec.strip().lower() == known:
+            _probe_codec(known)
+            return known
+    raise ConfigError(f"option {OPT_CODEC} must be one of {', '.join(CODECS)}, not {codec!r}")
+
+
+def _probe_codec(codec: Codec) -> None:
+    # fastavro registers a codec whose library is missing, and fails only at the first block.
+    probe = {"type": "record", "name": "Probe", "fields": [{"name": "x", "type": "long"}]}
+    try:
+        with tempfile.TemporaryFile() as out:
+            fastavro.writer(out, probe, [{"x": 1}], codec=codec)
+    except ValueError as exc:
+        raise ConfigError(f"option {OPT_CODEC}={codec} is not available here: {exc}") from exc
+
+
+def _check_partition_columns(schema: StructType, partition_by: Sequence[str]) -> tuple[str, ...]:
+    columns = tuple(partition_by)
+    duplicates = sorted({c for c in columns if columns.count(c) > 1})
+    if duplicates:
+        raise ConfigError(f"option {OPT_PARTITION_BY} names {', '.join(duplicates)} twice")
+    for column in columns:
+        if column not in schema.names:
+            raise _missing(OPT_PARTITION_BY, column, schema.names)
+        data_type = schema[column].dataType
+        if not supports_partition_type(data_type):
+            raise InputError(
+                f"partition column {column} is {data_type.simpleString()}; partition columns "
+                f"must be {PARTITION_TYPES} (cast it, e.g. to string)"
+            )
+    return columns
+
+
+def _check_payload_column(schema: StructType, column: str, partition_by: Iterable[str]) -> None:
+    if column not in schema.names:
+        raise _missing(OPT_PAYLOAD, column, schema.names)
+    if column in partition_by:
+        raise ConfigError(f"column {column} cannot be both {OPT_PAYLOAD} and a partition column")
+    data_type = schema[column].dataType
+    if not isinstance(data_type, (*_TEXT_TYPES, BinaryType)):
+        raise InputError(
+            f"column {column} is {data_type.simpleString()}; option {OPT_PAYLOAD} needs a "
+            "string (or binary) column holding one JSON object per row"
+        )
+
+
+def _check_data_columns(plan: FilePlan) -> None:
+    data = plan.data_schema()
+    if not data.fields:
+        raise ConfigError(
+            f"option {OPT_PARTITION_BY} names every column; at least one must be written to files"
+        )
+    # Spark reads partition directories back as columns: one named like a data column clashes.
+    data_names = {f.name.lower(): f.name for f in data.fields}
+    time_names = plan.spec.time.names if plan.spec.time else ()
+    for name in time_names:
+        if name.lower() in data_names:
+            raise ConfigError(
+                f"option {OPT_TIME_PATTERN} names a directory {name!r} like the column "
+                f"{data_names[name.lower()]}; readers would see two columns of that name"
+            )
+    spark_to_avro(data)  # InputError naming a column Avro cannot hold
+
+
+def _missing(option: str, column: str, names: Sequence[str]) -> ConfigError:
+    return ConfigError(
+        f"option {option} names column {column!r}, which the input does not have "
+        f"(columns: {', '.join(names)})"
+    )
+
+
+# --- naming ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileNaming:
+    """Names of one task attempt's files; `token` tells apart runs whose batch ids repeat."""
+
+    batch_id: int
+    partition: int
+    attempt: int
+    token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+
+    def name(self, seq: int) -> str:
+        return (
+            f"part-{self.batch_id:010d}-{self.partition:05d}-{self.attempt:03d}-"
+            f"{seq:05d}-{self.token}.avro"
+        )
+
+    def sync_marker(self, seq: int) -> bytes:
+        # Not the attempt or token: a retry writing the same rows writes the same bytes.
+        return hashlib.md5(
+            f"kafka_txn_sink/{self.batch_id}/{self.partition}/{seq}".encode(), usedforsecurity=False
+        ).digest()
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A file a task wrote and uploaded, with the Avro schema its reference needs."""
+
+    ref: FileRef
+    schema: dict[str, Any]
+    name: str  # relative to the sink's root
+
+
+def store_schema(sink: FileSink, schema: dict[str, Any]) -> str:
+    """Write `schema` beside the files as `_schemas/<sha256>.avsc` (once); returns that name."""
+    name = f"{SCHEMAS_DIR}/{schema_digest(schema)}.avsc"
+    sink.put_text(name, json.dumps(schema, sort_keys=True, separators=(",", ":")))
+    return name
+
+
+# --- files (executor) --------------------------------------------------------------------
+
+
+class _OpenFile(ABC):
+    """One file being written; `write` takes what the mode produced for one row."""
+
+    def __init__(self, seq: int, name: str, values: PartitionValues, path: str, local: Path):
+        self.seq = seq
+        self.name = name
+        self.values = values
+        self.path = path
+        self.local = local  # the Avro file, once finished
+        self.records = 0
+
+    @abstractmethod
+    def write(self, item: Any) -> None: ...
+
+    @abstractmethod
+    def size(self) -> int: ...
+
+    @abstractmethod
+    def finish(self) -> dict[str, Any]:
+        """Complete the local Avro file; returns its schema."""
+
+    @abstractmethod
+    def discard(self) -> None:
+        """Close without completing (the spool directory is removed anyway)."""
+
+
+class _CountingFile:
+    """A binary file that counts what is written to it: the size without a tell() syscall."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.written = 0
+
+    def write(self, data: bytes) -> int:
+        self.written += len(data)
+        return self.raw.write(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def seekable(self) -> bool:
+        return False  # fastavro would otherwise try to append to what it finds
+
+
+class _RecordFile(_OpenFile):
+    """Spark-schema mode: records go straight into the Avro file, block by block."""
+
+    def __init__(
+        self,
+        seq: int,
+        name: str,
+        values: PartitionValues,
+        path: str,
+        local: Path,
+        schema: dict[str, Any],
+        codec: Codec,
+        marker: bytes,
+    ):
+        super().__init__(seq, name, values, path, local)
+        self._schema = schema
+        self._out = _CountingFile(open(local, "wb"))  # noqa: SIM115 - closed in finish/discard
+        # The schema as it is, not fastavro's parsed form: the header must hold the very schema
+        # the reference carries (a parsed one is written with full names, no namespace).
+        self._writer = Writer(cast(IO[bytes], self._out), schema, codec=codec, sync_marker=marker)
+
+    def write(self, item: Any) -> None:
+        self._writer.write(item)
+        self.records += 1
+
+    def size(self) -> int:
+        return self._out.written
+
+    def finish(self) -> dict[str, Any]:
+        self._writer.flush()
+        self._out.raw.close()
+        return self._schema
+
+    def discard(self) -> None:
+        self._out.raw.close()
+
+
+class _PayloadFile(_OpenFile):
+    """Payload mode: payloads are aggregated and spooled; the Avro file is written at finish."""
+
+    def __init__(
+        self,
+        seq: int,
+        name: str,
+        values: PartitionValues,
+        path: str,
+        local: Path,
+        aggregator: SchemaAggregator,
+        codec: Codec,
+        marker: bytes,
+    ):
+        super().__init__(seq, name, values, path, local)
+        self._aggregator = aggregator
+        self._codec = codec
+        self._marker = marker
+        self._spool_path = local.with_suffix(".spool")
+        self._spool: IO[bytes] = open(self._spool_path, "w+b")  # noqa: SIM115 - closed in finish
+
+    def write(self, item: Any) -> None:
+        self._aggregator.add(item)
+        # Length-prefixed: marshal.load straight from a file reads in tiny pieces (slow).
+        data = marshal.dumps(item)
+        self._spool.write(len(data).to_bytes(4, "little"))
+        self._spool.write(data)
+        self.records += 1
+
+    def size(self) -> int:
+        return self._spool.tell()
+
+    def finish(self) -> dict[str, Any]:
+        schema = self._aggregator.schema()
+        self._spool.seek(0)
+        with open(self.local, "wb") as out:
+            writer = Writer(out, schema, codec=self._codec, sync_marker=self._marker)
+            conform = self._aggregator.conform
+            read = self._spool.read
+            for _ in range(self.records):
+                size = int.from_bytes(read(4), "little")
+                writer.write(conform(marshal.loads(read(size))))
+            writer.flush()
+        self.discard()
+        return schema
+
+    def discard(self) -> None:
+        self._spool.close()
+        self._spool_path.unlink(missing_ok=True)
+
+
+class FileSet:
+    """The files of one Spark task attempt: `add` every row, then `close` (or `abort`).
+
+    Rows are pyspark Rows (or tuples) in the order of the plan's schema.
+    """
+
+    def __init__(
+        self,
+        plan: FilePlan,
+        sink: FileSink,
+        naming: FileNaming,
+        spool_dir: str | Path | None = None,
+    ) -> None:
+        self._plan = plan
+        self._sink = sink
+        self._naming = naming
+        self._values = plan.spec.extractor(plan.schema)
+        self._item = self._payload_reader() if plan.payload_column else self._record_builder()
+        # Spark-schema mode: one schema for every file, fingerprinted once.
+        self._spark: tuple[dict[str, Any], str] | None = None
+        if plan.payload_column is None:
+            schema = plan.avro_schema()
+            self._spark = (schema, fingerprint(schema))
+        self._open: OrderedDict[PartitionValues, _OpenFile] = OrderedDict()
+        self._written: list[WrittenFile] = []
+        self._schemas: dict[str, tuple[dict[str, Any], str]] = {}
+        self._seq = 0
+        self._spool = Path(tempfile.mkdtemp(prefix="kafka-txn-sink-files-", dir=spool_dir))
+        self._closed = False
+        self.rows = 0
+        self.peak_open_files = 0
+
+    def __enter__(self) -> FileSet:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.abort()
+
+    @property
+    def open_files(self) -> int:
+        return len(self._open)
+
+    def add(self, row: Sequence[Any]) -> None:
+        """Write one row into the file of its partition directory.
+
+        Raises:
+            InputError: the row cannot be written (message names the column and row).
+            StagingError: a finished file could not be uploaded.
+        """
+        if self._closed:
+            raise StagingError("this FileSet is closed")
+        try:
+            item = self._item(row)
+            values = self._values(row)
+        except InputError as exc:
+            raise self._row_error(exc) from None
+        out = self._open.get(values)
+        if out is None:
+            out = self._start(values)
+        else:
+            self._open.move_to_end(values)
+        try:
+            out.write(item)
+        except InputError as exc:
+            raise self._row_error(exc) from None
+        self.rows += 1
+        limit = self._plan.max_records_per_file
+        if (limit and out.records >= limit) or out.size() >= self._plan.max_bytes_per_file:
+            del self._open[values]
+            self._finish(out)
+
+    def close(self) -> list[WrittenFile]:
+        """Finish and upload every open file; every file this task wrote, in write order."""
+        if self._closed:
+            return list(self._written)
+        try:
+            while self._open:
+                _, out = self._open.popitem(last=False)
+                self._finish(out)
+        except BaseException:
+            self.abort()
+            raise
+        self._closed = True
+        self._remove_spool()
+        return list(self._written)
+
+    def abort(self) -> None:
+        """Drop open files and the local spool; uploaded files stay (vacuum removes them)."""
+        if self._closed:
+            return
+        self._closed = True
+        for out in self._open.values():
+            with contextlib.suppress(OSError):
+                out.discard()
+        self._open.clear()
+        self._remove_spool()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _row_error(self, exc: InputError) -> InputError:
+        return InputError(f"row {self.rows} of task partition {self._naming.partition}: {exc}")
+
+    def _record_builder(self) -> Callable[[Sequence[Any]], Any]:
+        convert = row_converter(self._plan.data_schema())
+        indexes = self._plan.data_indexes
+        if len(indexes) == len(self._plan.schema.fields):
+            return convert
+        return lambda row: convert([row[i] for i in indexes])
+
+    def _payload_reader(self) -> Callable[[Sequence[Any]], Any]:
+        column = self._plan.payload_column
+        assert column is not None
+        index = self._plan.schema.names.index(column)
+
+        def read(row: Sequence[Any]) -> Any:
+            text = row[index]
+            if text is None:
+                raise InputError(f"column {column} is null; every row needs a JSON object")
+            try:
+                payload = json.loads(text)
+            except (ValueError, RecursionError) as exc:
+                raise InputError(f"column {column} is not valid JSON: {exc}") from None
+            if not isinstance(payload, dict):
+                raise InputError(
+                    f"column {column} holds a JSON {type(payload).__name__}, not an object"
+                )
+            return payload
+
+        return read
+
+    def _start(self, values: PartitionValues) -> _OpenFile:
+        if len(self._open) >= self._plan.max_open_files:
+            _, oldest = self._open.popitem(last=False)
+            self._finish(oldest)
+        seq = self._seq
+        self._seq += 1
+        name = self._naming.name(seq)
+        local = self._spool / f"{seq:05d}.avro"
+        path = self._plan.spec.path(values)
+        marker = self._naming.sync_marker(seq)
+        out: _OpenFile
+        try:
+            if self._spark is not None:
+                out = _RecordFile(
+                    seq, name, values, path, local, self._spark[0], self._plan.codec, marker
+                )
+            else:
+                aggregator = SchemaAggregator(irreconcilable=self._plan.irreconcilable)
+                out = _PayloadFile(
+                    seq, name, values, path, local, aggregator, self._plan.codec, marker
+                )
+        except OSError as exc:
+            raise StagingError(f"cannot create a local file in {self._spool}: {exc}") from exc
+        self._open[values] = out
+        self.peak_open_files = max(self.peak_open_files, len(self._open))
+        return out
+
+    def _finish(self, out: _OpenFile) -> None:
+        try:
+            schema, schema_fingerprint = self._shared(out.finish())
+            size = out.local.stat().st_size
+        except OSError as exc:
+            raise StagingError(f"cannot write the local file {out.local}: {exc}") from exc
+        name = f"{out.path}/{out.name}" if out.path else out.name
+        location = self._sink.upload(out.local, name)
+        out.local.unlink(missing_ok=True)
+        ref = FileRef(
+            location=location,
+            partition_path=out.path,
+            partition_values=dict(out.values),
+            records=out.records,
+            bytes=size,
+            schema_fingerprint=schema_fingerprint,
+        )
+        self._written.append(WrittenFile(ref, schema, name))
+
+    def _shared(self, schema: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """One object per distinct schema, with its fingerprint: a task may write thousands of
+        files, and fastavro computes the Rabin fingerprint in Python (~1 ms)."""
+        if self._spark is not None:
+            return self._spark
+        key = json.dumps(schema, sort_keys=True)
+        found = self._schemas.get(key)
+        if found is None:
+            found = self._schemas[key] = (schema, fingerprint(schema))
+        return found
+
+    def _remove_spool(self) -> None:
+        shutil.rmtree(self._spool, ignore_errors=True)
