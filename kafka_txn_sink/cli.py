@@ -8,7 +8,8 @@
 Tables by default, `--json` for scripts. Exit codes: 0 done; 1 not found, refused, or recovery
 left something unsettled; 2 cannot run (bad arguments, no commit log at the location, brokers
 unreachable). The commit log is read from a local path, `file://` or `s3://` (credentials from the
-usual AWS environment variables); Kafka client settings (TLS, SASL) go in `--kafka KEY=VALUE`.
+usual AWS environment variables), in either format (`--log-format`, found out by default); Kafka
+client settings (TLS, SASL) go in `--kafka KEY=VALUE`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kafka_txn_sink.cluster import Cluster
-from kafka_txn_sink.commit_log import CommitLog, open_commit_log
+from kafka_txn_sink.commit_log import LOG_FORMATS, CommitLog, detect_format, open_commit_log
 from kafka_txn_sink.coordinator import ONGOING, Coordinator, TxnState
 from kafka_txn_sink.errors import KafkaTxnSinkError, TransactionCompletionError
 from kafka_txn_sink.identities import owns, transactional_id, validate_sink_id
@@ -116,6 +117,12 @@ def _log_options() -> argparse.ArgumentParser:
     common.add_argument("--log", required=True, metavar="URI", help="the sink's commitLog option")
     common.add_argument("--s3-endpoint", metavar="URL", help="S3-compatible endpoint")
     common.add_argument("--s3-region", metavar="REGION", help="S3 region")
+    common.add_argument(
+        "--log-format",
+        choices=["auto", *LOG_FORMATS],
+        default="auto",
+        help="the sink's commitLogFormat (default: delta where the log has a _delta_log folder)",
+    )
     return common
 
 
@@ -222,13 +229,16 @@ def open_log(args: argparse.Namespace) -> tuple[CommitLog, str]:
     """The commit log at `--log` and the sink it belongs to.
 
     Raises:
-        CliError: nothing at the location is a commit log (no `_sink.json`).
+        CliError: nothing at the location is a commit log (no `_sink.json`, no Delta sink row).
     """
-    commit_log = open_commit_log(args.log, _s3_settings(args))
+    s3 = _s3_settings(args)
+    fmt = detect_format(args.log, s3) if args.log_format == "auto" else args.log_format
+    commit_log = open_commit_log(args.log, s3, fmt)
     meta = commit_log.sink_meta()
     if meta is None:
+        where = "has no _sink.json" if fmt == "json" else "has no sink row in its Delta table"
         raise CliError(
-            f"no commit log at {args.log} ({commit_log.uri} has no _sink.json); "
+            f"no commit log at {args.log} ({commit_log.uri} {where}); "
             "pass the sink's commitLog option"
         )
     return commit_log, meta.sink_id

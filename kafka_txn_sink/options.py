@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.identities import validate_sink_id
 from kafka_txn_sink.storage import S3Settings
@@ -36,6 +37,7 @@ _SECRET_HINTS = ("password", "secret", "jaas", "token", "ssl.key", "credentials"
 _KNOWN = {
     "sinkid",
     "commitlog",
+    "commitlogformat",
     "topic",
     "transactiontimeoutms",
     "committimeoutms",
@@ -54,7 +56,7 @@ _KNOWN = {
     "queryname",
 }
 
-_TIMEOUT_BOUNDS_MS = (1_000, 7 * 24 * 3600 * 1000)
+MIN_TRANSACTION_TIMEOUT_MS = 1_000
 
 
 def is_secret(key: str) -> bool:
@@ -80,6 +82,7 @@ class SinkOptions:
     clock_skew_ms: int
     kafka: dict[str, str] = field(repr=False)
     s3: S3Settings = field(default_factory=S3Settings)
+    commit_log_format: LogFormat = "json"
 
     def __repr__(self) -> str:
         return (
@@ -130,7 +133,8 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
     else:
         kafka.pop("transaction.timeout.ms", None)
     if timeout is not None:
-        _check_bounds(timeout, "transactionTimeoutMs", *_TIMEOUT_BOUNDS_MS)
+        # No upper bound here: the brokers' transaction.max.timeout.ms is the one that counts.
+        _check_bounds(timeout, "transactionTimeoutMs", MIN_TRANSACTION_TIMEOUT_MS, 2**31 - 1)
     topic = options.get("topic", "").strip() or None
     return SinkOptions(
         sink_id=validate_sink_id(options.get("sinkid", "")),
@@ -143,6 +147,7 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         clock_skew_ms=_bounded(options, "clockskewms", "clockSkewMs", 5_000, low=0),
         kafka=kafka,
         s3=s3,
+        commit_log_format=_log_format(options),
     )
 
 
@@ -192,6 +197,17 @@ def _s3_settings(options: Mapping[str, str], log_timeout_ms: int) -> S3Settings:
         access_key_id=options.get("s3.accesskeyid") or None,
         secret_access_key=options.get("s3.secretaccesskey") or None,
         path_style=_truthy(path_style) if path_style is not None else endpoint is not None,
+    )
+
+
+def _log_format(options: Mapping[str, str]) -> LogFormat:
+    value = options.get("commitlogformat", "").strip().lower() or "json"
+    for known in LOG_FORMATS:
+        if value == known:
+            return known
+    raise ConfigError(
+        f"option commitLogFormat must be one of {', '.join(LOG_FORMATS)}, got "
+        f"{options['commitlogformat']!r}"
     )
 
 

@@ -6,6 +6,7 @@ import logging
 import time
 
 from confluent_kafka import KafkaException, Producer
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
@@ -51,7 +52,7 @@ class KafkaTxnDataSource(DataSource):
         columns = plan_columns(schema, options.topic)
         options = resolve_against_cluster(options)
         check_producer_settings(options)
-        commit_log = open_commit_log(options.commit_log, options.s3)
+        commit_log = open_commit_log(options.commit_log, options.s3, options.commit_log_format)
         with Coordinator(
             options.bootstrap_servers, options.kafka, options.commit_timeout_ms
         ) as coordinator:
@@ -147,7 +148,13 @@ def register(spark: SparkSession) -> None:
             "spark.speculation=true is not supported by kafka_txn: speculative task copies "
             "share a transactional id and fence each other; set spark.speculation=false"
         )
-    spark.dataSource.register(KafkaTxnDataSource)
+    try:
+        spark.dataSource.register(KafkaTxnDataSource)
+    except AnalysisException as exc:
+        # Spark found it by itself: the Python workers have this package, whose top-level
+        # module pyspark_kafka_txn offers it, and Spark refuses to register it a second time.
+        if exc.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise
 
 
 def _probe_storage(options: SinkOptions) -> None:

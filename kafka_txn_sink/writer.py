@@ -111,7 +111,9 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
     def _decided(self, batch_id: int) -> bool:
         if self.last_decided is not None and batch_id <= self.last_decided:
             return True
-        return open_commit_log(self.options.commit_log, self.options.s3).has_decision(batch_id)
+        options = self.options
+        commit_log = open_commit_log(options.commit_log, options.s3, options.commit_log_format)
+        return commit_log.has_decision(batch_id)
 
     def _producer_config(self, partition: int) -> dict[str, Any]:
         return producer_config(
@@ -139,7 +141,7 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
 @contextmanager
 def driver_session(options: SinkOptions) -> Iterator[tuple[CommitLog, Coordinator, Settler]]:
     """The clients one driver step needs, closed afterwards."""
-    commit_log = open_commit_log(options.commit_log, options.s3)
+    commit_log = open_commit_log(options.commit_log, options.s3, options.commit_log_format)
     coordinator = Coordinator(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
     try:
         cluster = Cluster(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)

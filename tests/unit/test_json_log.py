@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kafka_txn_sink.commit_log import CommitLog, JsonCommitLog, open_commit_log
+from kafka_txn_sink.commit_log import CommitLog, JsonCommitLog, LogFormat, open_commit_log
 from kafka_txn_sink.commit_log.json_log import HINT, completion_name, decision_name
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
 from kafka_txn_sink.records import Completion, Decision, LostParticipant, Participant, SinkMeta
@@ -268,7 +268,7 @@ def test_open_commit_log(tmp_path: Path) -> None:
         open_commit_log("hdfs://nn/log", None)
 
 
-# Two processes racing put_decision for the same batches; the worker is shared with the S3 tests.
+# Two processes racing put_decision for the same batches; shared with the S3 and Delta tests.
 
 
 def race_worker(
@@ -279,8 +279,9 @@ def race_worker(
     decided_at_ms: int,
     barrier: Any,
     results: Any,
+    fmt: LogFormat = "json",
 ) -> None:
-    log = open_commit_log(uri, settings)
+    log = open_commit_log(uri, settings, fmt)
     outcomes = []
     for batch_id in range(rounds):
         barrier.wait(60)
@@ -295,7 +296,11 @@ def race_worker(
 
 
 def race(
-    uri: str, settings: S3Settings | None, rounds: int, writers: list[tuple[str, int]]
+    uri: str,
+    settings: S3Settings | None,
+    rounds: int,
+    writers: list[tuple[str, int]],
+    fmt: LogFormat = "json",
 ) -> list[tuple[str, int, list[str]]]:
     """Run one spawned process per (query id, decision time); their outcomes, in that order."""
     context = multiprocessing.get_context("spawn")
@@ -303,7 +308,7 @@ def race(
     results = context.Queue()
     processes = [
         context.Process(
-            target=race_worker, args=(uri, settings, rounds, query, at, barrier, results)
+            target=race_worker, args=(uri, settings, rounds, query, at, barrier, results, fmt)
         )
         for query, at in writers
     ]
@@ -335,18 +340,22 @@ def _collect(results: Any, processes: list[Any], timeout_s: float = 180) -> list
     return found
 
 
-def check_identical_race(uri: str, settings: S3Settings | None, rounds: int) -> None:
-    results = race(uri, settings, rounds, [("query-1", 1), ("query-1", 2)])
+def check_identical_race(
+    uri: str, settings: S3Settings | None, rounds: int, fmt: LogFormat = "json"
+) -> None:
+    results = race(uri, settings, rounds, [("query-1", 1), ("query-1", 2)], fmt)
     assert [outcomes for _, _, outcomes in results] == [["ok"] * rounds] * 2
-    log = open_commit_log(uri, settings)
+    log = open_commit_log(uri, settings, fmt)
     for batch_id in range(rounds):
         stored = log.decision(batch_id)
         assert stored is not None and stored.same_decision(make_decision(batch_id))
 
 
-def check_different_race(uri: str, settings: S3Settings | None, rounds: int) -> None:
-    results = race(uri, settings, rounds, [("query-1", 1), ("query-2", 2)])
-    log = open_commit_log(uri, settings)
+def check_different_race(
+    uri: str, settings: S3Settings | None, rounds: int, fmt: LogFormat = "json"
+) -> None:
+    results = race(uri, settings, rounds, [("query-1", 1), ("query-2", 2)], fmt)
+    log = open_commit_log(uri, settings, fmt)
     for batch_id in range(rounds):
         outcomes = {query: outcomes[batch_id] for query, _, outcomes in results}
         assert sorted(outcomes.values()) == ["conflict", "ok"], (batch_id, outcomes)

@@ -1,0 +1,151 @@
+"""A loopback HTTP proxy in front of a real S3 endpoint that drops chosen request headers.
+
+With `If-None-Match` dropped, the endpoint behind it behaves as one that ignores conditional
+writes: a second PUT of the same key overwrites instead of answering 412. Only the standard
+library is used; the proxy serves on 127.0.0.1, counts the headers it dropped (so a test can
+show the fault was really injected), and stops itself after `lifetime_s` at the latest.
+
+    with HeaderDroppingProxy(s3_endpoint) as proxy:
+        ... use proxy.endpoint as the S3 endpoint ...
+    assert proxy.dropped > 0
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from urllib.parse import urlsplit
+
+# Headers that describe one connection, not the request; never forwarded.
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+}
+
+
+class HeaderDroppingProxy:
+    def __init__(
+        self,
+        upstream: str,
+        drop: tuple[str, ...] = ("If-None-Match",),
+        lifetime_s: float = 300.0,
+        timeout_s: float = 30.0,
+    ) -> None:
+        target = urlsplit(upstream)
+        if target.scheme != "http" or not target.hostname:
+            raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
+        self.upstream_host = target.hostname
+        self.upstream_port = target.port or 80
+        self.drop = {name.lower() for name in drop}
+        self.timeout_s = timeout_s
+        self.lifetime_s = lifetime_s
+        self.dropped = 0
+        self.requests = 0
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._timer = threading.Timer(lifetime_s, self.stop)
+        self._timer.daemon = True
+
+    @property
+    def endpoint(self) -> str:
+        port = self._server.server_address[1]
+        return f"http://127.0.0.1:{port}"
+
+    def start(self) -> HeaderDroppingProxy:
+        self._thread.start()
+        self._timer.start()
+        return self
+
+    def stop(self) -> None:
+        self._timer.cancel()
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> HeaderDroppingProxy:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _count(self, dropped: int) -> None:
+        with self._lock:
+            self.requests += 1
+            self.dropped += dropped
+
+    def forward(
+        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        kept = [(k, v) for k, v in headers if k.lower() not in self.drop | _HOP_BY_HOP]
+        self._count(sum(1 for k, _ in headers if k.lower() in self.drop))
+        connection = http.client.HTTPConnection(
+            self.upstream_host, self.upstream_port, timeout=self.timeout_s
+        )
+        try:
+            connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+            for key, value in kept:
+                connection.putheader(key, value)
+            connection.putheader("Content-Length", str(len(body)))
+            connection.endheaders(body)
+            response = connection.getresponse()
+            payload = response.read()
+            answer = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
+            return response.status, response.reason, answer, payload
+        finally:
+            connection.close()
+
+
+def _handler_for(proxy: HeaderDroppingProxy) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        # HTTP/1.0: one request per connection, so no body framing can go wrong between them.
+        protocol_version = "HTTP/1.0"
+
+        def _relay(self) -> None:
+            body = self._read_body()
+            status, reason, headers, payload = proxy.forward(
+                self.command, self.path, list(self.headers.items()), body
+            )
+            self.send_response(status, reason)
+            for key, value in headers:
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+
+        def _read_body(self) -> bytes:
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                chunks: list[bytes] = []
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass  # trailers
+                        return b"".join(chunks)
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _relay
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # quiet: the test reports what matters
+
+    return Handler
