@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -19,5 +20,8 @@ def pipeline(kafka_bootstrap: str, spark_jars: list[Path], tmp_path: Path) -> Pi
         input=f"in_{name}",
         output=f"out_{name}",
     )
+    log_format = os.environ.get("KTS_COMMIT_LOG_FORMAT")
+    if log_format:
+        built.options["commitLogFormat"] = log_format
     create_topics(kafka_bootstrap, 3, built.input, built.output)
     return built

@@ -17,6 +17,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_txn_sink import failpoints
+from kafka_txn_sink.commit_log import CommitLog, open_commit_log
 from kafka_txn_sink.coordinator import ONGOING, Coordinator, TxnState
 from kafka_txn_sink.identities import owns
 from kafka_txn_sink.verify import IdReport, compare_ids, read_topic
@@ -127,6 +128,11 @@ class Pipeline:
                 kill_group(process)
                 raise AssertionError(f"failpoint {name} not reached in {timeout_s}s")
             time.sleep(0.1)
+
+    def open_log(self) -> CommitLog:
+        """The sink's commit log, in whichever format the pipeline writes it."""
+        fmt = "delta" if self.options.get("commitLogFormat") == "delta" else "json"
+        return open_commit_log(str(self.commit_log), None, fmt)
 
     def release(self, name: str) -> None:
         failpoints.release(self.signals, name)

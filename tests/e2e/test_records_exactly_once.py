@@ -3,8 +3,6 @@ consumers, whatever fails, and no transaction of the sink stays open afterwards.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from kafka.partitioner.default import murmur2
 
@@ -33,10 +31,11 @@ def test_several_batches_over_several_partitions(pipeline: Pipeline) -> None:
     batches = outcome.result["batches"]
     assert isinstance(batches, list) and len(batches) >= 3
     assert_exactly_once(pipeline, ids)
-    decisions = sorted((pipeline.commit_log / "decisions").iterdir())
-    assert len(decisions) == len(batches)
-    first = json.loads(decisions[0].read_text())
-    assert {p["transactional_id"] for p in first["participants"]} == {
+    commit_log = pipeline.open_log()
+    assert commit_log.decided_batches() == batches
+    first = commit_log.decision(0)
+    assert first is not None
+    assert {p.transactional_id for p in first.participants} == {
         f"{pipeline.sink_id}-{p}" for p in range(3)
     }
     for record in read_topic(pipeline.bootstrap, pipeline.output):
