@@ -23,7 +23,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--input", required=True)
-    parser.add_argument("--output", required=True)
+    parser.add_argument("--output", required=True, help="output topic; '' for none")
     parser.add_argument("--sink-id", required=True)
     parser.add_argument("--commit-log", required=True)
     parser.add_argument("--checkpoint", required=True)
@@ -33,6 +33,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jars", default=os.environ.get("KTS_SPARK_JARS", ""))
     parser.add_argument("--option", action="append", default=[], help="extra sink option k=v")
     parser.add_argument("--register", action="store_true", help="use kafka_txn_sink.register()")
+    parser.add_argument(
+        "--select",
+        action="append",
+        default=[],
+        help="SQL expression of an output column "
+        "over the Kafka source's columns (default: key, value)",
+    )
     return parser.parse_args(argv)
 
 
@@ -67,19 +74,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", args.max_offsets)
         .load()
-        .selectExpr("key", "value")
+        .selectExpr(*(args.select or ["key", "value"]))
     )
     if args.partitions:
         source = source.repartition(args.partitions)
     writer = (
         source.writeStream.format("kafka_txn")
         .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("topic", args.output)
         .option("sinkId", args.sink_id)
         .option("commitLog", args.commit_log)
         .option("checkpointLocation", args.checkpoint)
         .trigger(availableNow=True)
     )
+    if args.output:  # without it, files mode alone (option path) writes the rows
+        writer = writer.option("topic", args.output)
     for item in args.option:
         key, _, value = item.partition("=")
         writer = writer.option(key, value)

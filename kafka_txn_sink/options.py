@@ -8,6 +8,8 @@ from typing import Any
 
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.files_mode import OPTION_KEYS as FILES_OPTION_KEYS
+from kafka_txn_sink.files_mode import FilesOptions, parse_files_options
 from kafka_txn_sink.identities import validate_sink_id
 from kafka_txn_sink.storage import S3Settings
 
@@ -52,8 +54,8 @@ _KNOWN = {
     "asyncprogresstrackingenabled",
     "asyncprogresstrackingcheckpointintervalms",
     "checkpointlocation",
-    "path",
     "queryname",
+    *FILES_OPTION_KEYS,
 }
 
 MIN_TRANSACTION_TIMEOUT_MS = 1_000
@@ -83,6 +85,12 @@ class SinkOptions:
     kafka: dict[str, str] = field(repr=False)
     s3: S3Settings = field(default_factory=S3Settings)
     commit_log_format: LogFormat = "json"
+    files: FilesOptions | None = None  # files mode, when option path is set
+
+    @property
+    def records_mode(self) -> bool:
+        """Rows go to Kafka as records: with option topic, or whenever files mode is off."""
+        return self.topic is not None or self.files is None
 
     def __repr__(self) -> str:
         return (
@@ -148,6 +156,7 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         kafka=kafka,
         s3=s3,
         commit_log_format=_log_format(options),
+        files=parse_files_options(options),
     )
 
 

@@ -49,7 +49,8 @@ class KafkaTxnDataSource(DataSource):
                 "output mode complete is not supported: kafka_txn appends; use outputMode append"
             )
         options = parse_options(self.options)
-        columns = plan_columns(schema, options.topic)
+        columns = plan_columns(schema, options.topic) if options.records_mode else None
+        files_plan = options.files.plan(schema) if options.files is not None else None
         options = resolve_against_cluster(options)
         check_producer_settings(options)
         commit_log = open_commit_log(options.commit_log, options.s3, options.commit_log_format)
@@ -65,6 +66,7 @@ class KafkaTxnDataSource(DataSource):
         return KafkaTxnStreamWriter(
             options,
             columns,
+            files_plan,
             log_query_id=latest.query_id if latest else None,
             last_decided=latest.batch_id if latest else None,
         )
@@ -80,6 +82,9 @@ def resolve_against_cluster(options: SinkOptions) -> SinkOptions:
     cluster = Cluster(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
     if options.topic is not None and cluster.topic_partitions(options.topic) is None:
         raise ConfigError(f"topic {options.topic!r} (option topic) does not exist on the cluster")
+    refs = options.files.references_topic if options.files is not None else None
+    if refs is not None and cluster.topic_partitions(refs) is None:
+        raise ConfigError(f"topic {refs!r} (option referencesTopic) does not exist on the cluster")
     broker_max = cluster.max_transaction_timeout_ms()
     wanted = options.transaction_timeout_ms
     if wanted is None:

@@ -16,12 +16,15 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 
 from kafka_txn_sink import failpoints
+from kafka_txn_sink.avro_files import FileNaming, FilePlan, FileSet, WrittenFile
 from kafka_txn_sink.cluster import Cluster
 from kafka_txn_sink.columns import Columns, as_bytes, as_headers
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
 from kafka_txn_sink.committer import Committer, query_id_mismatch
 from kafka_txn_sink.coordinator import Coordinator
 from kafka_txn_sink.errors import ConfigError, InputError
+from kafka_txn_sink.file_sink import open_file_sink
+from kafka_txn_sink.files_mode import reference
 from kafka_txn_sink.identities import transactional_id
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.producer import TaskTransaction, producer_config
@@ -35,12 +38,14 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
     def __init__(
         self,
         options: SinkOptions,
-        columns: Columns,
+        columns: Columns | None,
+        files_plan: FilePlan | None,
         log_query_id: str | None,
         last_decided: int | None,
     ):
         self.options = options
-        self.columns = columns
+        self.columns = columns  # None: records mode is off
+        self.files_plan = files_plan  # None: files mode is off
         self.log_query_id = log_query_id
         self.last_decided = last_decided
 
@@ -61,12 +66,17 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
         if self._decided(batch_id):
             return skipped
         txn = TaskTransaction(self._producer_config(partition), self._client_timeout_s)
+        files = self._file_set(batch_id, partition, attempt)
         try:
             txn.init()
             failpoints.fire("task.after_init", batch_id)
-            self._send_rows(txn, iterator, batch_id)
+            self._send_rows(txn, files, iterator, batch_id)
+            written = files.close() if files is not None else []
+            self._send_references(txn, written, batch_id)
             prepared = txn.prepare()
         except BaseException:
+            if files is not None:
+                files.abort()
             txn.abort()
             raise
         finally:
@@ -83,24 +93,58 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
             producer_epoch=prepared.triple.producer_epoch,
             offsets=prepared.offsets,
             prepared_at_ms=prepared.prepared_at_ms,
+            files=tuple(w.ref for w in written),
         )
 
-    def _send_rows(self, txn: TaskTransaction, rows: Iterator[Any], batch_id: int) -> None:
-        cols, default_topic = self.columns, self.options.topic
+    def _send_rows(
+        self, txn: TaskTransaction, files: FileSet | None, rows: Iterator[Any], batch_id: int
+    ) -> None:
         for count, row in enumerate(rows):
-            topic = row[cols.topic] if cols.topic is not None else None
-            topic = topic or default_topic
-            if topic is None:
-                raise InputError("column topic is null and there is no topic option")
-            txn.send(
-                topic,
-                value=as_bytes(row[cols.value], "value"),
-                key=as_bytes(row[cols.key], "key") if cols.key is not None else None,
-                partition=row[cols.partition] if cols.partition is not None else None,
-                headers=as_headers(row[cols.headers]) if cols.headers is not None else None,
-            )
+            if self.columns is not None:
+                self._send_record(txn, row)
+            if files is not None:
+                files.add(row)
             if count == 0:
                 failpoints.fire("task.after_produce", batch_id)
+
+    def _send_record(self, txn: TaskTransaction, row: Any) -> None:
+        cols = self.columns
+        assert cols is not None
+        topic = (row[cols.topic] if cols.topic is not None else None) or self.options.topic
+        if topic is None:
+            raise InputError("column topic is null and there is no topic option")
+        txn.send(
+            topic,
+            value=as_bytes(row[cols.value], "value"),
+            key=as_bytes(row[cols.key], "key") if cols.key is not None else None,
+            partition=row[cols.partition] if cols.partition is not None else None,
+            headers=as_headers(row[cols.headers]) if cols.headers is not None else None,
+        )
+
+    def _file_set(self, batch_id: int, partition: int, attempt: int) -> FileSet | None:
+        files = self.options.files
+        if self.files_plan is None or files is None:
+            return None
+        sink = open_file_sink(files.path, self.options.s3)
+        return FileSet(self.files_plan, sink, FileNaming(batch_id, partition, attempt))
+
+    def _send_references(
+        self, txn: TaskTransaction, written: list[WrittenFile], batch_id: int
+    ) -> None:
+        files = self.options.files
+        if files is None or not written:
+            return
+        sink = open_file_sink(files.path, self.options.s3)
+        for item in written:
+            ref = reference(
+                item,
+                sink=sink,
+                sink_id=self.options.sink_id,
+                batch_id=batch_id,
+                codec=files.codec,
+                inline_max_bytes=files.schema_inline_max_bytes,
+            )
+            txn.send(files.references_topic, value=ref.value, key=ref.key)
 
     def _check_query_id(self, query_id: str) -> None:
         if self.log_query_id and query_id != self.log_query_id:

@@ -52,6 +52,7 @@ class Pipeline:
     options: dict[str, str] = field(default_factory=dict)
     partitions: int = 0
     max_offsets: int = 400
+    select: list[str] = field(default_factory=list)  # output columns, SQL over the source
 
     @property
     def commit_log(self) -> Path:
@@ -94,6 +95,8 @@ class Pipeline:
         ]
         for key, value in self.options.items():
             args += ["--option", f"{key}={value}"]
+        for expression in self.select:
+            args += ["--select", expression]
         env = {
             **os.environ,
             "PYSPARK_PYTHON": sys.executable,
@@ -180,6 +183,26 @@ def produce_ids(bootstrap: str, topic: str, count: int) -> list[str]:
     ids = [uuid.uuid4().hex for _ in range(count)]
     for event_id in ids:
         producer.produce(topic, key=event_id, value=json.dumps({"id": event_id}))
+    if producer.flush(60) != 0:
+        raise AssertionError("input was not fully produced")
+    return ids
+
+
+def produce_events(bootstrap: str, topic: str, count: int, users: int = 5) -> list[str]:
+    """Log-like events: JSON values with an id, a user, a timestamp and a few fields."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    ids = [uuid.uuid4().hex for _ in range(count)]
+    for n, event_id in enumerate(ids):
+        event = {
+            "id": event_id,
+            "user": f"user{n % users}",
+            "ts": f"2026-11-21T{n % 3:02d}:{n % 60:02d}:00Z",
+            "n": n,
+            "level": "info" if n % 2 else "warn",
+        }
+        if n % 7 == 0:
+            event["extra"] = {"tags": ["a", "b"], "score": n / 3}
+        producer.produce(topic, key=event_id, value=json.dumps(event))
     if producer.flush(60) != 0:
         raise AssertionError("input was not fully produced")
     return ids
