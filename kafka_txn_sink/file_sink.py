@@ -24,7 +24,15 @@ from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kafka_txn_sink.errors import ConfigError, StagingError
-from kafka_txn_sink.storage import S3Settings, _code, _make_client, _status, parse_location
+from kafka_txn_sink.storage import (
+    S3Settings,
+    _code,
+    _make_client,
+    _status,
+    fsync_dir,
+    make_dirs,
+    parse_location,
+)
 
 T = TypeVar("T")
 
@@ -123,7 +131,7 @@ class LocalFileSink:
                 raise StagingError(f"cannot write {final}: {exc}") from exc
             self._copy(local, final)
         if self.durable:
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
         return str(final)
 
     def _copy(self, local: Path, final: Path) -> None:
@@ -154,7 +162,7 @@ class LocalFileSink:
         finally:
             _unlink_quietly(temp)
         if self.durable:
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
         return True
 
     def list(self, prefix: str = "") -> list[StoredFile]:
@@ -187,16 +195,8 @@ class LocalFileSink:
         return final.with_name(f"{_TEMP_PREFIX}{final.name}.{uuid.uuid4().hex[:12]}.tmp")
 
     def _make_dirs(self, target: Path) -> None:
-        missing = []
-        directory = target
-        while not directory.exists():
-            missing.append(directory)
-            directory = directory.parent
         try:
-            for created in reversed(missing):
-                created.mkdir(exist_ok=True)
-                if self.durable:  # the new entry must survive a crash, as the file will
-                    _fsync_dir(created.parent)
+            make_dirs(target, durable=self.durable)
         except OSError as exc:
             raise StagingError(f"cannot create directory {target}: {exc}") from exc
 
@@ -225,11 +225,6 @@ def _fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _fsync_dir(directory: Path) -> None:
-    # The decision record may name this file: its directory entry must survive a crash too.
-    _fsync_file(directory)
 
 
 def _unlink_quietly(path: Path) -> None:

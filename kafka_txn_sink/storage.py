@@ -121,7 +121,7 @@ class LocalStorage:
             raise CommitLogError(f"cannot create {final}: {exc}") from exc
         finally:
             _unlink_quietly(temp)
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)
         return True
 
     def get(self, name: str) -> bytes | None:
@@ -181,16 +181,8 @@ class LocalStorage:
                 yield name
 
     def _make_dirs(self, target: Path) -> None:
-        missing = []
-        directory = target
-        while not directory.exists():
-            missing.append(directory)
-            directory = directory.parent
         try:
-            for created in reversed(missing):
-                created.mkdir(exist_ok=True)
-                # The new entry must survive a crash too, or the record it will hold would not.
-                _fsync_dir(created.parent)
+            make_dirs(target, durable=True)
         except OSError as exc:
             raise CommitLogError(f"cannot create directory {target}: {exc}") from exc
 
@@ -210,7 +202,25 @@ class LocalStorage:
         return temp
 
 
-def _fsync_dir(directory: Path) -> None:
+def make_dirs(target: Path, *, durable: bool) -> None:
+    """Create `target` and its missing parents; durable: each new entry survives a crash,
+    as the file that will live there must.
+
+    Raises:
+        OSError: a directory could not be created or synced.
+    """
+    missing = []
+    directory = target
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for created in reversed(missing):
+        created.mkdir(exist_ok=True)
+        if durable:
+            fsync_dir(created.parent)
+
+
+def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
