@@ -4,6 +4,7 @@
     kafka-txn-sink log show BATCH --log URI
     kafka-txn-sink status --log URI --bootstrap HOST:PORT [--sink-id ID]
     kafka-txn-sink recover --log URI --bootstrap HOST:PORT [--sink-id ID] [--execute [--force]]
+    kafka-txn-sink vacuum --log URI --path PATH [--retention-hours H] [--execute]
 
 Tables by default, `--json` for scripts. Exit codes: 0 done; 1 not found, refused, or recovery
 left something unsettled; 2 cannot run (bad arguments, no commit log at the location, brokers
@@ -32,12 +33,14 @@ from rich.table import Table
 from kafka_txn_sink.cluster import Cluster
 from kafka_txn_sink.commit_log import LOG_FORMATS, CommitLog, detect_format, open_commit_log
 from kafka_txn_sink.coordinator import ONGOING, Coordinator, TxnState
-from kafka_txn_sink.errors import KafkaTxnSinkError, TransactionCompletionError
+from kafka_txn_sink.errors import KafkaTxnSinkError, StagingError, TransactionCompletionError
+from kafka_txn_sink.file_sink import FileSink, PendingUpload, S3FileSink, open_file_sink
 from kafka_txn_sink.identities import owns, transactional_id, validate_sink_id
 from kafka_txn_sink.options import is_secret
 from kafka_txn_sink.records import Completion, Decision, Triple
 from kafka_txn_sink.recovery import Settler
 from kafka_txn_sink.storage import S3Settings
+from kafka_txn_sink.vacuum import VacuumPlan, check_retention, plan_vacuum, referenced_locations
 
 PROG = "kafka-txn-sink"
 OK, REFUSED, CANNOT_RUN = 0, 1, 2
@@ -45,6 +48,7 @@ DEFAULT_TIMEOUT_MS = 5_000
 DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
 END_TXN_DEADLINE_S = 30.0
 DEFAULT_LIST_LIMIT = 20
+DEFAULT_RETENTION_HOURS = 24.0
 
 Payload = dict[str, Any]
 
@@ -107,6 +111,38 @@ def build_parser() -> argparse.ArgumentParser:
         f"alive (default {DEFAULT_TRANSACTION_TIMEOUT_MS})",
     )
     recover.set_defaults(func=cmd_recover)
+
+    vacuum = commands.add_parser(
+        "vacuum",
+        parents=[_log_options()],
+        help="delete data files no decided batch references, once older than the retention "
+        "(dry run by default)",
+    )
+    vacuum.add_argument("--path", required=True, metavar="PATH", help="the sink's path option")
+    vacuum.add_argument(
+        "--retention-hours",
+        type=float,
+        default=DEFAULT_RETENTION_HOURS,
+        help="keep unreferenced files younger than this; never shorter than the transaction "
+        f"timeout (default {DEFAULT_RETENTION_HOURS:g})",
+    )
+    vacuum.add_argument(
+        "--transaction-timeout-ms",
+        type=int,
+        default=DEFAULT_TRANSACTION_TIMEOUT_MS,
+        help="the longest transaction timeout the sink has used "
+        f"(default {DEFAULT_TRANSACTION_TIMEOUT_MS})",
+    )
+    vacuum.add_argument("--execute", action="store_true", help="delete (default: only show)")
+    vacuum.add_argument(
+        "--limit",
+        type=int,
+        default=DEFAULT_LIST_LIMIT,
+        help=f"list at most N files (default {DEFAULT_LIST_LIMIT}; 0 lists all)",
+    )
+    # Tests only: S3 servers do not let a client set LastModified, so the clock moves instead.
+    vacuum.add_argument("--now-ms", type=int, help=argparse.SUPPRESS)
+    vacuum.set_defaults(func=cmd_vacuum)
     return parser
 
 
@@ -673,3 +709,126 @@ def _render_outcome(payload: Payload, console: Console) -> None:
         failed = [a for a in result["aborted"] if a["error"]]
         reason = result["error"] or f"{len(failed)} abort(s) failed: {failed}"
         console.print(f"[bold red]not settled[/]: {reason}")
+
+
+# -- vacuum ------------------------------------------------------------------------------------
+
+
+def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
+    retention_s = args.retention_hours * 3600
+    now_ms = args.now_ms if args.now_ms is not None else _now_ms()
+    check_retention(retention_s, args.transaction_timeout_ms)  # before touching anything
+    commit_log, sink_id = open_log(args)
+    sink = open_file_sink(args.path, _s3_settings(args))
+    # Listed before the log is read: a batch decided in between is still seen as referencing.
+    stored = sink.list()
+    pending = sink.pending_uploads() if isinstance(sink, S3FileSink) else []
+    referenced = referenced_locations(commit_log)
+    plan = plan_vacuum(
+        referenced,
+        stored,
+        sink.location,
+        now_s=now_ms / 1000,
+        retention_s=retention_s,
+        transaction_timeout_ms=args.transaction_timeout_ms,
+        pending=pending,
+    )
+    payload = _vacuum_json(plan, sink_id, sink, args, now_ms)
+    if referenced and not plan.referenced and plan.delete:
+        payload["warning"] = (
+            f"none of the {len(referenced)} files the log references is under {sink.uri}: "
+            "is --path the sink's path option?"
+        )
+        if args.execute:
+            # A wrong --path would make every old file look orphaned: delete nothing.
+            out.emit(payload, _render_vacuum)
+            return REFUSED
+    if args.execute:
+        payload["result"] = _vacuum_execute(plan, sink)
+    out.emit(payload, _render_vacuum)
+    return OK if payload.get("result", {"ok": True})["ok"] else REFUSED
+
+
+def _vacuum_json(
+    plan: VacuumPlan, sink_id: str, sink: FileSink, args: argparse.Namespace, now_ms: int
+) -> Payload:
+    shown = plan.delete[: args.limit] if args.limit > 0 else plan.delete
+    return {
+        "sink_id": sink_id,
+        "log": args.log,
+        "path": sink.uri,
+        "mode": "execute" if args.execute else "dry-run",
+        "now_ms": now_ms,
+        "retention_hours": args.retention_hours,
+        "kept": {"referenced": plan.referenced, "young": plan.young, "other": plan.other},
+        "delete": {
+            "count": len(plan.delete),
+            "bytes": plan.delete_bytes,
+            "files": [
+                {"name": f.name, "bytes": f.bytes, "modified_ms": int(f.modified_s * 1000)}
+                for f in shown
+            ],
+        },
+        "abort_uploads": [_upload_json(u) for u in plan.abort],
+    }
+
+
+def _upload_json(upload: PendingUpload) -> Payload:
+    return {
+        "name": upload.name,
+        "upload_id": upload.upload_id,
+        "initiated_ms": int(upload.initiated_s * 1000),
+    }
+
+
+def _vacuum_execute(plan: VacuumPlan, sink: FileSink) -> Payload:
+    """Delete and abort everything planned; a failure is reported, the rest still done."""
+    errors: list[str] = []
+    deleted = aborted = 0
+    for item in plan.delete:
+        try:
+            sink.delete(item.name)
+            deleted += 1
+        except StagingError as exc:
+            errors.append(str(exc))
+    for upload in plan.abort:
+        try:
+            if isinstance(sink, S3FileSink):
+                sink.abort_upload(upload)
+                aborted += 1
+        except StagingError as exc:
+            errors.append(str(exc))
+    return {"ok": not errors, "deleted": deleted, "aborted": aborted, "errors": errors}
+
+
+def _render_vacuum(payload: Payload, console: Console) -> None:
+    delete, kept = payload["delete"], payload["kept"]
+    verb = "deleted" if "result" in payload else "would delete"
+    console.print(
+        f"{escape(payload['path'])}: {verb} {delete['count']} unreferenced file(s), "
+        f"{delete['bytes']} bytes, older than {payload['retention_hours']:g} h; kept "
+        f"{kept['referenced']} referenced, {kept['young']} younger, {kept['other']} other"
+    )
+    if delete["files"]:
+        table = Table(title=verb, title_justify="left")
+        for name in ("file", "bytes", "modified at"):
+            table.add_column(name)
+        for row in delete["files"]:
+            table.add_row(escape(row["name"]), str(row["bytes"]), iso(row["modified_ms"]))
+        console.print(table)
+        if len(delete["files"]) < delete["count"]:
+            console.print(f"... and {delete['count'] - len(delete['files'])} more (--limit 0)")
+    if payload["abort_uploads"]:
+        verb_uploads = "aborted" if "result" in payload else "would abort"
+        console.print(f"{verb_uploads} {len(payload['abort_uploads'])} stale multipart upload(s)")
+    if "warning" in payload:
+        console.print(f"[bold yellow]warning[/]: {escape(payload['warning'])}")
+    result = payload.get("result")
+    if result is None and payload["mode"] == "execute":
+        console.print("[bold red]refused[/]: nothing deleted")
+    elif result is None:
+        console.print("dry run: nothing changed; --execute does it")
+    elif result["ok"]:
+        console.print("[bold green]done[/]")
+    else:
+        console.print(f"[bold red]{len(result['errors'])} failure(s)[/]: {result['errors'][0]}")
