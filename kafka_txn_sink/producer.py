@@ -156,6 +156,12 @@ class TaskTransaction:
                 self._client.poll(0.05)
             except KafkaException as exc:
                 raise _produce_failure(topic, value, key, exc) from exc
+            except SystemError as exc:
+                # confluent-kafka 2.16 can run delivery callbacks while the error of a fatal
+                # state (e.g. fenced) is pending; the callback's first call then fails this way.
+                raise KafkaTxnSinkError(
+                    f"producing to {topic} failed in {self._txn_id} (fenced or fatal): {exc}"
+                ) from exc
         self._sent += 1
         if self._sent % 1000 == 0:
             self._client.poll(0)
