@@ -9,7 +9,6 @@ Every failure is a StagingError naming the bucket or path, never a credential.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import errno
 import os
 import shutil
@@ -29,9 +28,10 @@ from kafka_txn_sink.storage import (
     _code,
     _make_client,
     _status,
-    fsync_dir,
+    fsync_path,
     make_dirs,
     parse_location,
+    unlink_quietly,
 )
 
 T = TypeVar("T")
@@ -123,7 +123,7 @@ class LocalFileSink:
         self._make_dirs(final.parent)
         try:
             if self.durable:
-                _fsync_file(local)
+                fsync_path(local)
             # `local` is complete: renaming it is atomic, when it is on the same file system.
             os.replace(local, final)
         except OSError as exc:
@@ -131,7 +131,7 @@ class LocalFileSink:
                 raise StagingError(f"cannot write {final}: {exc}") from exc
             self._copy(local, final)
         if self.durable:
-            fsync_dir(final.parent)
+            fsync_path(final.parent)
         return str(final)
 
     def _copy(self, local: Path, final: Path) -> None:
@@ -139,10 +139,10 @@ class LocalFileSink:
         try:
             shutil.copyfile(local, temp)
             if self.durable:
-                _fsync_file(temp)
+                fsync_path(temp)
             os.replace(temp, final)
         except OSError as exc:
-            _unlink_quietly(temp)
+            unlink_quietly(temp)
             raise StagingError(f"cannot write {final}: {exc}") from exc
 
     def put_text(self, name: str, text: str) -> bool:
@@ -160,9 +160,9 @@ class LocalFileSink:
         except OSError as exc:
             raise StagingError(f"cannot write {final}: {exc}") from exc
         finally:
-            _unlink_quietly(temp)
+            unlink_quietly(temp)
         if self.durable:
-            fsync_dir(final.parent)
+            fsync_path(final.parent)
         return True
 
     def list(self, prefix: str = "") -> list[StoredFile]:
@@ -217,19 +217,6 @@ class LocalFileSink:
             except FileNotFoundError:
                 continue  # deleted while listing
             yield StoredFile(name, stat.st_size, stat.st_mtime)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _unlink_quietly(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.unlink()
 
 
 # --- S3 ----------------------------------------------------------------------------------

@@ -120,8 +120,8 @@ class LocalStorage:
         except OSError as exc:
             raise CommitLogError(f"cannot create {final}: {exc}") from exc
         finally:
-            _unlink_quietly(temp)
-        fsync_dir(final.parent)
+            unlink_quietly(temp)
+        fsync_path(final.parent)
         return True
 
     def get(self, name: str) -> bytes | None:
@@ -143,7 +143,7 @@ class LocalStorage:
         try:
             os.replace(temp, final)
         except OSError as exc:
-            _unlink_quietly(temp)
+            unlink_quietly(temp)
             raise CommitLogError(f"cannot write {final}: {exc}") from exc
 
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:
@@ -156,7 +156,7 @@ class LocalStorage:
         return sorted(names)
 
     def delete(self, name: str) -> None:
-        _unlink_quietly(self._path(name))
+        unlink_quietly(self._path(name))
 
     def _path(self, name: str) -> Path:
         parts = name.split("/")
@@ -195,7 +195,7 @@ class LocalStorage:
                 out.flush()
                 os.fsync(out.fileno())
         except BaseException as exc:
-            _unlink_quietly(temp)
+            unlink_quietly(temp)
             if isinstance(exc, OSError):
                 raise CommitLogError(f"cannot write {temp}: {exc}") from exc
             raise
@@ -217,18 +217,19 @@ def make_dirs(target: Path, *, durable: bool) -> None:
     for created in reversed(missing):
         created.mkdir(exist_ok=True)
         if durable:
-            fsync_dir(created.parent)
+            fsync_path(created.parent)
 
 
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (a directory's sync makes its new entries durable)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def _unlink_quietly(path: Path) -> None:
+def unlink_quietly(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.unlink()
 

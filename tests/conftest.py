@@ -14,7 +14,9 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
 
 _CI_DIR = str(Path(__file__).resolve().parents[1] / "ci")
@@ -22,6 +24,8 @@ if _CI_DIR not in sys.path:
     sys.path.insert(0, _CI_DIR)
 
 import testbed  # noqa: E402
+
+from kafka_txn_sink.storage import S3Settings  # noqa: E402
 
 Broker = testbed.KafkaBroker | testbed.ExternalKafkaBroker
 S3 = testbed.S3Server | testbed.ExternalS3Server
@@ -101,6 +105,39 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
 @pytest.fixture(scope="session")
 def s3_endpoint(s3_server: S3) -> str:
     return s3_server.endpoint
+
+
+# Moto accepts any credentials; a recognisable secret lets tests check that it never leaks.
+S3_TEST_SECRET = "testing-secret-Zq8xW"
+
+
+@pytest.fixture
+def s3_settings(s3_endpoint: str) -> S3Settings:
+    return S3Settings(
+        endpoint_url=s3_endpoint,
+        region="us-east-1",
+        access_key_id="testing",
+        secret_access_key=S3_TEST_SECRET,
+    )
+
+
+@pytest.fixture
+def s3_client(s3_endpoint: str) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@pytest.fixture
+def s3_bucket(s3_client: Any) -> str:
+    """A new, empty bucket on the test bed's S3 server."""
+    name = f"kts-{uuid.uuid4().hex[:12]}"
+    s3_client.create_bucket(Bucket=name)
+    return name
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ from collections import Counter
 from typing import Any, cast
 from urllib.parse import urlparse
 
-import boto3
 import fastavro
 import pytest
 
@@ -30,17 +29,6 @@ S3_OPTIONS = {
     "s3.region": "us-east-1",
 }
 FAILED = 3  # examples/pipeline.py's exit code when the query fails
-
-
-@pytest.fixture
-def s3_client(s3_endpoint: str) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
 
 
 @pytest.fixture

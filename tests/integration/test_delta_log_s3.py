@@ -6,7 +6,6 @@ import socket
 import sys
 import time
 import traceback
-import uuid
 from pathlib import Path
 
 import boto3
@@ -18,6 +17,7 @@ from kafka_txn_sink.commit_log.delta_log import APP_IDS, DeltaCommitLog, storage
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
 from kafka_txn_sink.records import Completion, SinkMeta
 from kafka_txn_sink.storage import S3Settings, S3Storage
+from tests.conftest import S3_TEST_SECRET
 
 # The race helpers live with the local commit log tests; spawned children import them by name.
 _UNIT_TESTS = str(Path(__file__).resolve().parents[1] / "unit")
@@ -31,30 +31,17 @@ from test_json_log import (  # noqa: E402
 
 pytestmark = pytest.mark.s3
 
-SECRET = "testing-secret-Zq8xW"
+SECRET = S3_TEST_SECRET
 
 
 @pytest.fixture
-def settings(s3_endpoint: str) -> S3Settings:
-    return S3Settings(
-        endpoint_url=s3_endpoint,
-        region="us-east-1",
-        access_key_id="testing",
-        secret_access_key=SECRET,
-    )
+def settings(s3_settings: S3Settings) -> S3Settings:
+    return s3_settings
 
 
 @pytest.fixture
-def bucket(settings: S3Settings) -> str:
-    name = f"delta-log-{uuid.uuid4().hex[:12]}"
-    boto3.client(
-        "s3",
-        endpoint_url=settings.endpoint_url,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    ).create_bucket(Bucket=name)
-    return name
+def bucket(s3_bucket: str) -> str:
+    return s3_bucket
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import boto3
 import fastavro
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -19,39 +18,27 @@ from kafka_txn_sink.avro_files import FileNaming, FileSet, plan_files, store_sch
 from kafka_txn_sink.errors import ConfigError, StagingError
 from kafka_txn_sink.file_sink import LocalFileSink, MiB, S3FileSink, open_file_sink
 from kafka_txn_sink.storage import S3Settings
+from tests.conftest import S3_TEST_SECRET
 
 pytestmark = pytest.mark.s3
 
-SECRET = "testing-secret-Fk29wQ"
+SECRET = S3_TEST_SECRET
 SCHEMA = StructType([StructField("id", LongType(), False), StructField("user", StringType())])
 
 
 @pytest.fixture
-def settings(s3_endpoint: str) -> S3Settings:
-    return S3Settings(
-        endpoint_url=s3_endpoint,
-        region="us-east-1",
-        access_key_id="testing",
-        secret_access_key=SECRET,
-    )
+def settings(s3_settings: S3Settings) -> S3Settings:
+    return s3_settings
 
 
 @pytest.fixture
-def client(s3_endpoint: str) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+def client(s3_client: Any) -> Any:
+    return s3_client
 
 
 @pytest.fixture
-def bucket(client: Any) -> str:
-    name = f"files-{uuid.uuid4().hex[:12]}"
-    client.create_bucket(Bucket=name)
-    return name
+def bucket(s3_bucket: str) -> str:
+    return s3_bucket
 
 
 def local_file(path: Path, size: int) -> Path:

@@ -8,12 +8,10 @@ import socket
 import sys
 import time
 import traceback
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 
@@ -22,6 +20,7 @@ from kafka_txn_sink.commit_log.json_log import decision_name
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
 from kafka_txn_sink.records import Completion
 from kafka_txn_sink.storage import S3Settings, S3Storage, open_storage
+from tests.conftest import S3_TEST_SECRET
 
 # The race helpers live with the local commit log tests; spawned children import them by name.
 _UNIT_TESTS = str(Path(__file__).resolve().parents[1] / "unit")
@@ -35,7 +34,7 @@ from test_json_log import (  # noqa: E402
 
 pytestmark = pytest.mark.s3
 
-SECRET = "testing-secret-Zq8xW"
+SECRET = S3_TEST_SECRET
 
 
 def _free_port() -> int:
@@ -45,27 +44,13 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def settings(s3_endpoint: str) -> S3Settings:
-    # s3_endpoint: the session's S3 server, from tests/conftest.py.
-    return S3Settings(
-        endpoint_url=s3_endpoint,
-        region="us-east-1",
-        access_key_id="testing",
-        secret_access_key=SECRET,
-    )
+def settings(s3_settings: S3Settings) -> S3Settings:
+    return s3_settings
 
 
 @pytest.fixture
-def bucket(settings: S3Settings) -> str:
-    name = f"commit-log-{uuid.uuid4().hex[:12]}"
-    boto3.client(
-        "s3",
-        endpoint_url=settings.endpoint_url,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    ).create_bucket(Bucket=name)
-    return name
+def bucket(s3_bucket: str) -> str:
+    return s3_bucket
 
 
 @pytest.fixture

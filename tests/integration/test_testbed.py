@@ -16,25 +16,29 @@ def test_broker_commits_a_transaction_seen_by_read_committed(
     kafka_broker, kafka_bootstrap: str, unique: Callable[[str], str]
 ) -> None:
     topic = kafka_broker.create_topic(unique("topic"), partitions=3)
-    producer = Producer({
-        "bootstrap.servers": kafka_bootstrap,
-        "transactional.id": unique("txn"),
-        "transaction.timeout.ms": 30000,
-    })
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "transactional.id": unique("txn"),
+            "transaction.timeout.ms": 30000,
+        }
+    )
     producer.init_transactions(30)
     producer.begin_transaction()
     for i in range(10):
         producer.produce(topic, key=str(i).encode(), value=f"v{i}".encode(), partition=i % 3)
     producer.commit_transaction(30)
 
-    consumer = Consumer({
-        "bootstrap.servers": kafka_bootstrap,
-        "group.id": unique("group"),
-        "isolation.level": "read_committed",
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": unique("group"),
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(3)])
         values = _consume_until_eof(consumer, partitions=3, timeout=60)
@@ -79,7 +83,10 @@ def test_s3_server_rejects_a_second_if_none_match_put(
 @pytest.mark.spark
 @pytest.mark.kafka
 def test_spark_kafka_source_streams_with_the_resolved_jars(
-    kafka_broker, kafka_bootstrap: str, spark_jars: list[str], unique: Callable[[str], str],
+    kafka_broker,
+    kafka_bootstrap: str,
+    spark_jars: list[str],
+    unique: Callable[[str], str],
     tmp_path,
 ) -> None:
     """The spark_jars fixture fits the installed pyspark: a streaming Kafka source (whose
