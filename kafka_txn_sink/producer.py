@@ -157,11 +157,7 @@ class TaskTransaction:
             except KafkaException as exc:
                 raise _produce_failure(topic, value, key, exc) from exc
             except SystemError as exc:
-                # confluent-kafka 2.16 can run delivery callbacks while the error of a fatal
-                # state (e.g. fenced) is pending; the callback's first call then fails this way.
-                raise KafkaTxnSinkError(
-                    f"producing to {topic} failed in {self._txn_id} (fenced or fatal): {exc}"
-                ) from exc
+                raise self._fatal(exc) from exc
         self._sent += 1
         if self._sent % 1000 == 0:
             self._client.poll(0)
@@ -176,7 +172,10 @@ class TaskTransaction:
         if self._sent == 0:
             self.abort()
             return None
-        remaining = self._client.flush(self._timeout_s)
+        try:
+            remaining = self._client.flush(self._timeout_s)
+        except SystemError as exc:
+            raise self._fatal(exc) from exc
         self._raise_delivery_error()
         if remaining:
             raise KafkaUnavailableError(
@@ -200,12 +199,21 @@ class TaskTransaction:
         if self._producer is None:
             return
         # On failure the coordinator aborts it on timeout, or the next attempt's init fences it.
-        with contextlib.suppress(KafkaException):
+        with contextlib.suppress(KafkaException, SystemError):
             self._producer.abort_transaction(self._timeout_s)
 
     def detach(self) -> None:
         """Drop the client without closing it, so a prepared transaction stays open."""
         self._producer = None
+
+    def _fatal(self, exc: SystemError) -> KafkaTxnSinkError:
+        # confluent-kafka 2.16 can run delivery callbacks while the error of a fatal state
+        # (e.g. fenced) is pending; the callback's first call then fails as a SystemError.
+        self.abort()
+        return KafkaTxnSinkError(
+            f"the producer of {self._txn_id} hit a fatal error (fenced by a later attempt?): "
+            f"{exc}; nothing of this batch is published"
+        )
 
     @property
     def _client(self) -> Producer:
