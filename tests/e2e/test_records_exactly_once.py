@@ -79,6 +79,7 @@ def test_query_killed_at_failpoint_then_restarted(pipeline: Pipeline, point: str
 
 
 def test_prepared_batch_is_invisible_until_decided(pipeline: Pipeline) -> None:
+    pipeline.max_offsets = 10_000  # one batch: Spark's per-partition rounding could split 400
     ids = produce_ids(pipeline.bootstrap, pipeline.input, 400)
 
     process = pipeline.start("driver.before_decision=block")
