@@ -34,7 +34,9 @@ DRIVER_POINTS = (
     "driver.after_completion",
     "driver.before_cleanup",
 )
-ALL_POINTS = TASK_POINTS + DRIVER_POINTS
+# Reached only when recovery republishes the file references of a batch the broker aborted.
+REPUBLISH_POINTS = ("driver.republish_prepared", "driver.republish_recorded")
+ALL_POINTS = TASK_POINTS + DRIVER_POINTS + REPUBLISH_POINTS
 
 
 class FailpointError(RuntimeError):

@@ -88,6 +88,14 @@ class FileSink(Protocol):
         files included (they are garbage too)."""
         ...
 
+    def read_head(self, name: str, size: int) -> bytes:
+        """The first `size` bytes of `name` (all of it if shorter).
+
+        Raises:
+            StagingError: `name` does not exist or cannot be read.
+        """
+        ...
+
     def delete(self, name: str) -> None:
         """Remove `name`; a missing file is no error."""
         ...
@@ -171,6 +179,14 @@ class LocalFileSink:
             f for f in self._walk(self.root / directory, directory) if f.name.startswith(prefix)
         ]
         return sorted(found, key=lambda f: f.name)
+
+    def read_head(self, name: str, size: int) -> bytes:
+        path = self._path(name)
+        try:
+            with path.open("rb") as stored:
+                return stored.read(size)
+        except OSError as exc:
+            raise StagingError(f"cannot read {path}: {exc}") from exc
 
     def delete(self, name: str) -> None:
         path = self._path(name, allow_temp=True)
@@ -324,6 +340,17 @@ class S3FileSink:
             for item in items
         ]
         return sorted(found, key=lambda f: f.name)
+
+    def read_head(self, name: str, size: int) -> bytes:
+        response = self._call(
+            "read",
+            name,
+            self._client.get_object,
+            Bucket=self.bucket,
+            Key=self._key(name),
+            Range=f"bytes=0-{max(size, 1) - 1}",
+        )
+        return bytes(self._call("read", name, response["Body"].read))
 
     def delete(self, name: str) -> None:
         self._call(

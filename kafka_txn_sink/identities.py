@@ -1,4 +1,9 @@
-"""Transactional ids of a sink: `{sinkId}-{partition}`, a bounded pool reused every batch."""
+"""Transactional ids of a sink: `{sinkId}-{partition}`, a bounded pool reused every batch.
+
+Recovery has one more, `{sinkId}-republish`, for publishing again the file references of a
+decided batch whose transactions the broker aborted (files mode). Sink ids have no '-', so no
+id of one sink is ever an id of another.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import re
 from kafka_txn_sink.errors import ConfigError
 
 _SINK_ID = re.compile(r"^[A-Za-z0-9._]{1,200}$")
+REPUBLISH = "republish"
 
 
 def validate_sink_id(sink_id: str) -> str:
@@ -29,9 +35,13 @@ def transactional_id(sink_id: str, partition: int) -> str:
     return f"{sink_id}-{partition}"
 
 
+def republish_id(sink_id: str) -> str:
+    return f"{sink_id}-{REPUBLISH}"
+
+
 def id_pattern(sink_id: str) -> re.Pattern[str]:
     """Matches exactly this sink's ids, never those of a sink whose id merely shares a prefix."""
-    return re.compile(rf"^{re.escape(sink_id)}-[0-9]+$")
+    return re.compile(rf"^{re.escape(sink_id)}-([0-9]+|{REPUBLISH})$")
 
 
 def owns(sink_id: str, txn_id: str) -> bool:
@@ -39,6 +49,6 @@ def owns(sink_id: str, txn_id: str) -> bool:
 
 
 def partition_of(sink_id: str, txn_id: str) -> int:
-    if not owns(sink_id, txn_id):
+    if not owns(sink_id, txn_id) or txn_id == republish_id(sink_id):
         raise ValueError(f"{txn_id!r} is not a transactional id of sink {sink_id!r}")
     return int(txn_id.rsplit("-", 1)[1])

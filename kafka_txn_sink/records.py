@@ -8,7 +8,7 @@ transaction is completed; a `Completion` follows once every participant's fate i
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from pyspark.sql.datasource import WriterCommitMessage
@@ -186,18 +186,75 @@ class LostParticipant:
 
 
 @dataclass(frozen=True)
+class Republish:
+    """Files mode: the references of `partitions` of batch `batch_id`, published once more.
+
+    Written put-if-absent per (batch, round) after its transaction is prepared and before it
+    is committed: round n+1 exists only if round n's transaction was aborted by the broker.
+    """
+
+    sink_id: str
+    batch_id: int
+    round: int
+    partitions: tuple[int, ...]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    references: int
+    offsets: OffsetRanges
+    recorded_at_ms: int
+    version: int = FORMAT_VERSION
+
+    @property
+    def triple(self) -> Triple:
+        return Triple(self.transactional_id, self.producer_id, self.producer_epoch)
+
+    def same_republish(self, other: Republish) -> bool:
+        """Equal in everything but the time it was recorded."""
+        return replace(self, recorded_at_ms=0) == replace(other, recorded_at_ms=0)
+
+    def to_json(self) -> bytes:
+        body = {**asdict(self), "offsets": _offsets_json(self.offsets)}
+        body["partitions"] = list(self.partitions)
+        return _dump("republish", body)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Republish:
+        body = _load("republish", data)
+        try:
+            return cls(
+                **{
+                    **body,
+                    "partitions": tuple(int(p) for p in body["partitions"]),
+                    "offsets": _offsets_from(body["offsets"]),
+                }
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CommitLogError(f"malformed republish record: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
 class Completion:
-    """Every participant of batch `batch_id` is settled: committed, or recorded in `lost`."""
+    """Every participant of batch `batch_id` is settled: committed, republished or `lost`.
+
+    `republished` names the Spark partitions whose transactions the broker aborted but whose
+    file references were published again (files mode); their records, if any, are in `lost`.
+    """
 
     sink_id: str
     batch_id: int
     completed_at_ms: int
     lost: tuple[LostParticipant, ...] = ()
     version: int = FORMAT_VERSION
+    republished: tuple[int, ...] = ()
 
     def to_json(self) -> bytes:
         body = asdict(self)
         body["lost"] = [{**asdict(x), "offsets": _offsets_json(x.offsets)} for x in self.lost]
+        if self.republished:
+            body["republished"] = list(self.republished)
+        else:
+            body.pop("republished")  # records mode keeps its records as they were
         return _dump("completion", body)
 
     @classmethod
@@ -214,6 +271,7 @@ class Completion:
                 completed_at_ms=int(body["completed_at_ms"]),
                 lost=lost,
                 version=int(body["version"]),
+                republished=tuple(int(p) for p in body.get("republished", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(f"malformed completion record: {exc!r}") from exc

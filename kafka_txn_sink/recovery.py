@@ -1,14 +1,16 @@
 """Settling transactions: rolling decided batches forward, and aborting what nobody decided.
 
 Used by `commit()` (phase 2 and the clean-up), by `streamWriter()` (roll forward only) and by
-the CLI. Whatever is decided is committed; whatever is not decided is aborted.
+the CLI. Whatever is decided is committed; whatever is not decided is aborted. A decided
+participant the broker aborted first is lost, except for its file references (files mode),
+which are published again (republish.py).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kafka_txn_sink import failpoints
@@ -20,10 +22,23 @@ from kafka_txn_sink.errors import (
     TransactionCompletionError,
     TransactionLostError,
 )
-from kafka_txn_sink.identities import owns, transactional_id
-from kafka_txn_sink.records import Completion, Decision, LostParticipant, Participant, Triple
+from kafka_txn_sink.identities import owns, republish_id, transactional_id
+from kafka_txn_sink.records import (
+    Completion,
+    Decision,
+    LostParticipant,
+    OffsetRanges,
+    Participant,
+    Republish,
+    Triple,
+)
+from kafka_txn_sink.republish import Republisher
 
 log = logging.getLogger(__name__)
+
+# Republish rounds of one batch before recovery gives up until the next attempt: each round
+# fails only when the broker aborts the round's transaction between its record and its commit.
+MAX_REPUBLISH_ROUNDS = 20
 
 
 @dataclass(frozen=True)
@@ -42,12 +57,14 @@ class Settler:
         coordinator: Coordinator,
         cluster: Cluster,
         deadline_s: float,
+        republisher: Republisher | None = None,
     ):
         self._sink_id = sink_id
         self._log = commit_log
         self._coordinator = coordinator
         self._cluster = cluster
         self._deadline_s = deadline_s
+        self._republisher = republisher
 
     def complete(self, decision: Decision) -> Settled:
         """Commit every participant of a decided batch, then write its completion marker.
@@ -60,11 +77,13 @@ class Settler:
         if existing is not None:
             return Settled(existing, newly_written=False)
         lost = self._commit_all(decision)
+        republish = self._republish(decision, [p for p, _ in lost if p.files])
         completion = Completion(
             sink_id=self._sink_id,
             batch_id=decision.batch_id,
             completed_at_ms=_now_ms(),
-            lost=tuple(lost),
+            lost=tuple(_lost(p, reason) for p, reason in lost if _still_lost(p, republish)),
+            republished=republish.partitions if republish is not None else (),
         )
         stored = self._log.put_completion(completion)
         return Settled(stored, newly_written=stored == completion)
@@ -114,7 +133,62 @@ class Settler:
             )
             return []
 
-    def _commit_all(self, decision: Decision) -> list[LostParticipant]:
+    def _republish(self, decision: Decision, lost: Sequence[Participant]) -> Republish | None:
+        """Publish the file references of `lost` once more; the round that did it.
+
+        Raises:
+            TransactionCompletionError: this settler cannot republish (no files options), or
+                the outcome of a round is still open; nothing is marked complete.
+        """
+        if not lost:
+            return None
+        for round_ in range(MAX_REPUBLISH_ROUNDS):
+            record = self._log.republish(decision.batch_id, round_) or self._record_round(
+                decision, lost, round_
+            )
+            if self._commit_one(record.triple, record.offsets, "republish"):
+                log.warning(
+                    "batch %d of sink %s: the broker aborted Spark partition(s) %s; their "
+                    "%d file reference(s) were published again (round %d)",
+                    decision.batch_id,
+                    self._sink_id,
+                    list(record.partitions),
+                    record.references,
+                    round_,
+                )
+                return record
+        raise TransactionCompletionError(
+            f"batch {decision.batch_id}: {MAX_REPUBLISH_ROUNDS} rounds of republishing its file "
+            f"references were aborted by the broker; recovery retries on the next batch or restart"
+        )
+
+    def _record_round(
+        self, decision: Decision, lost: Sequence[Participant], round_: int
+    ) -> Republish:
+        if self._republisher is None:
+            raise TransactionCompletionError(
+                f"batch {decision.batch_id} was decided, but the broker aborted the transactions "
+                f"of Spark partition(s) {[p.partition for p in lost]} which hold file "
+                f"references; restart the query (or run recover with the files options) so "
+                f"they are published again; nothing is marked complete"
+            )
+        prepared = self._republisher.prepare(decision, lost, round_)
+        failpoints.fire("driver.republish_prepared", decision.batch_id)
+        recorded = self._log.put_republish(prepared)
+        if not recorded.same_republish(prepared):
+            # Another recoverer recorded this round first: ours must never be committed.
+            self.abort([prepared.triple])
+        failpoints.fire("driver.republish_recorded", decision.batch_id)
+        return recorded
+
+    def _commit_one(self, triple: Triple, offsets: OffsetRanges, what: str) -> bool:
+        """Commit one transaction: True if it is committed, False if the broker aborted it."""
+        [result] = self._coordinator.end_transactions(
+            [triple], commit=True, deadline_s=self._deadline_s
+        )
+        return result.ok or self._visible(triple, offsets, f"{what} {result.error}")
+
+    def _commit_all(self, decision: Decision) -> list[tuple[Participant, str]]:
         participants = list(decision.participants)
         if not participants:
             return []
@@ -129,24 +203,25 @@ class Settler:
         lost = []
         for participant in participants:
             result = results[participant.triple]
-            if not result.ok and not self._committed_anyway(participant, result):
-                lost.append(_lost(participant, result.error or "unknown"))
+            error = result.error or "unknown"
+            if not result.ok and not self._visible(participant.triple, participant.offsets, error):
+                lost.append((participant, error))
         return lost
 
-    def _committed_anyway(self, participant: Participant, result: EndTxnResult) -> bool:
-        """An EndTxn error is no proof of abort: read the participant's first record back."""
-        topic, partition, offset = _first_record(participant)
+    def _visible(self, triple: Triple, offsets: OffsetRanges, error: str) -> bool:
+        """An EndTxn error is no proof of abort: read the transaction's first record back."""
+        topic, partition, offset = _first_record(offsets)
         visible = self._cluster.is_visible(topic, partition, offset)
         if visible is None:
             raise TransactionCompletionError(
-                f"EndTxn(commit) for {participant.triple} failed ({result.error}) and its "
-                f"first record ({topic}[{partition}]@{offset}) is neither visible nor skipped "
-                f"yet; recovery retries on the next batch or restart"
+                f"EndTxn(commit) for {triple} failed ({error}) and its first record "
+                f"({topic}[{partition}]@{offset}) is neither visible nor skipped yet; recovery "
+                f"retries on the next batch or restart"
             )
         log.warning(
             "EndTxn for %s failed (%s); probe: %s",
-            participant.triple,
-            result.error,
+            triple,
+            error,
             "committed" if visible else "aborted",
         )
         return visible
@@ -158,7 +233,7 @@ class Settler:
             # No DESCRIBE on the cluster: probe the ids the log says this sink has used.
             ids = [
                 transactional_id(self._sink_id, p) for p in range(self._log.max_partition_count())
-            ]
+            ] + [republish_id(self._sink_id)]
         states = self._coordinator.describe(ids)
         return [s.triple for s in states.values() if s.state == ONGOING]
 
@@ -168,13 +243,30 @@ class Settler:
             decision = self._log.decision(batch_id)
             if decision is not None:
                 triples.update(p.triple for p in decision.participants)
+                triples.update(self._republish_triples(batch_id))
+        return triples
+
+    def _republish_triples(self, batch_id: int) -> list[Triple]:
+        triples: list[Triple] = []
+        for round_ in range(MAX_REPUBLISH_ROUNDS):
+            record = self._log.republish(batch_id, round_)
+            if record is None:
+                break
+            triples.append(record.triple)
         return triples
 
 
-def _first_record(participant: Participant) -> tuple[str, int, int]:
-    topic = sorted(participant.offsets)[0]
-    partition = sorted(participant.offsets[topic])[0]
-    return topic, partition, participant.offsets[topic][partition][0]
+def _still_lost(participant: Participant, republish: Republish | None) -> bool:
+    """Lost unless republished; records beside the references are lost all the same."""
+    if republish is None or participant.partition not in republish.partitions:
+        return True
+    return any(topic not in republish.offsets for topic in participant.offsets)
+
+
+def _first_record(offsets: OffsetRanges) -> tuple[str, int, int]:
+    topic = sorted(offsets)[0]
+    partition = sorted(offsets[topic])[0]
+    return topic, partition, offsets[topic][partition][0]
 
 
 def _lost(participant: Participant, reason: str) -> LostParticipant:

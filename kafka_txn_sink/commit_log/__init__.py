@@ -12,7 +12,7 @@ from typing import Literal, Protocol, get_args
 
 from kafka_txn_sink.commit_log.json_log import JsonCommitLog
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.records import Completion, Decision, SinkMeta
+from kafka_txn_sink.records import Completion, Decision, Republish, SinkMeta
 from kafka_txn_sink.storage import S3Settings, open_storage
 
 __all__ = [
@@ -60,6 +60,12 @@ class CommitLog(Protocol):
         ...
 
     def completion(self, batch_id: int) -> Completion | None: ...
+
+    def put_republish(self, republish: Republish) -> Republish:
+        """Put-if-absent per (batch, round); returns the record that is in the log afterwards."""
+        ...
+
+    def republish(self, batch_id: int, round_: int) -> Republish | None: ...
 
     def decided_batches(self, after: int | None = None) -> list[int]: ...
 

@@ -21,6 +21,9 @@ One row per record, partitioned by `kind`:
     format_version  int      the version of the record's format (records.FORMAT_VERSION)
     record          string   the record's exact JSON (records.py), as the JSON log stores it
 
+A republish record (files mode, `records.Republish`) has kind `republish_<round>`, its batch id,
+sink id, time and `record`; one kind per round keeps put-if-absent per (kind, batch id).
+
 The log reads back only `record`: one source of truth, the same bytes as in the JSON log. The
 other columns are for queries (offsets are in the JSON: `get_json_object(record, '$.output')`).
 
@@ -56,7 +59,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import CommitProperties, Transaction
 
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
-from kafka_txn_sink.records import Completion, Decision, SinkMeta
+from kafka_txn_sink.records import Completion, Decision, Republish, SinkMeta
 from kafka_txn_sink.storage import LocalStorage, S3Settings, Storage, open_storage
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,7 @@ APP_IDS = {
     DECISION: "kafka_txn_sink/decisions",
     COMPLETION: "kafka_txn_sink/completions",
 }
+REPUBLISH = "republish"
 
 PARTITION_COLUMNS = ["kind"]
 
@@ -239,6 +243,20 @@ class DeltaCommitLog:
             return None
         return self._parse(COMPLETION, batch_id, found, Completion.from_json)
 
+    def put_republish(self, republish: Republish) -> Republish:
+        """Record a republish round; if the round is recorded already, that record wins."""
+        kind, batch_id = _republish_kind(republish.round), republish.batch_id
+        existing = self._put_if_absent(kind, batch_id, _republish_row(republish))
+        if existing is None:
+            return republish
+        return self._parse(kind, batch_id, existing, Republish.from_json)
+
+    def republish(self, batch_id: int, round_: int) -> Republish | None:
+        table = self._current()
+        kind = _republish_kind(round_)
+        found = None if table is None else self._record(table, kind, batch_id)
+        return None if found is None else self._parse(kind, batch_id, found, Republish.from_json)
+
     def decided_batches(self, after: int | None = None) -> list[int]:
         """Every decided batch id above `after` (all of them when None or negative), ascending."""
         table = self._current()
@@ -315,7 +333,7 @@ class DeltaCommitLog:
         """Append `row` unless (kind, batch_id) has a row; the existing record if it has one."""
         if batch_id is not None:
             _check_batch_id(batch_id)
-        app_id, wanted = APP_IDS[kind], batch_id or 0
+        app_id, wanted = _app_id(kind), batch_id or 0
         failure: Exception | None = None
         for _ in range(_COMMIT_ATTEMPTS):
             table = self._current()
@@ -610,6 +628,28 @@ def _completion_row(completion: Completion) -> pa.Table:
         format_version=completion.version,
         record=completion.to_json().decode(),
     )
+
+
+def _republish_row(republish: Republish) -> pa.Table:
+    return _table(
+        kind=_republish_kind(republish.round),
+        batch_id=republish.batch_id,
+        sink_id=republish.sink_id,
+        recorded_at_ms=republish.recorded_at_ms,
+        rows=republish.references,
+        format_version=republish.version,
+        record=republish.to_json().decode(),
+    )
+
+
+def _republish_kind(round_: int) -> str:
+    if round_ < 0:
+        raise CommitLogError(f"republish rounds are not negative, got {round_}")
+    return f"{REPUBLISH}_{round_}"
+
+
+def _app_id(kind: str) -> str:
+    return APP_IDS.get(kind) or f"kafka_txn_sink/{kind}"
 
 
 def _table(**row: Any) -> pa.Table:

@@ -5,6 +5,7 @@ Layout under the root:
     _sink.json                          which sink the log belongs to (SinkMeta)
     decisions/00000000000000000042.json batch 42 commits these participants (Decision)
     completions/00000000000000000042.json every participant of batch 42 is settled (Completion)
+    republish/00000000000000000042-000.json references of batch 42 published again (Republish)
     _hints/last_completed.json          a batch id at or below which everything is complete
 
 Records are created put-if-absent and never overwritten. The hint is only an optimisation that
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
-from kafka_txn_sink.records import Completion, Decision, SinkMeta
+from kafka_txn_sink.records import Completion, Decision, Republish, SinkMeta
 from kafka_txn_sink.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ R = TypeVar("R")
 SINK = "_sink.json"
 DECISIONS = "decisions/"
 COMPLETIONS = "completions/"
+REPUBLISH = "republish/"
 HINT = "_hints/last_completed.json"
 
 _BATCH_NAME = re.compile(r"^(\d{20})\.json$")
@@ -109,6 +111,22 @@ class JsonCommitLog:
             raise CommitLogError(
                 f"{self.uri}/{completion_name(batch_id)} holds the completion of batch "
                 f"{found.batch_id}"
+            )
+        return found
+
+    def put_republish(self, republish: Republish) -> Republish:
+        """Record a republish round; if the round is recorded already, that record wins."""
+        name = republish_name(republish.batch_id, republish.round)
+        if self.storage.put_if_absent(name, republish.to_json()):
+            return republish
+        return self._read_existing(name, Republish.from_json)
+
+    def republish(self, batch_id: int, round_: int) -> Republish | None:
+        found = self._read(republish_name(batch_id, round_), Republish.from_json)
+        if found is not None and (found.batch_id, found.round) != (batch_id, round_):
+            raise CommitLogError(
+                f"{self.uri}/{republish_name(batch_id, round_)} holds round {found.round} of "
+                f"batch {found.batch_id}"
             )
         return found
 
@@ -206,6 +224,12 @@ def decision_name(batch_id: int) -> str:
 
 def completion_name(batch_id: int) -> str:
     return _batch_name(COMPLETIONS, batch_id)
+
+
+def republish_name(batch_id: int, round_: int) -> str:
+    if round_ < 0:
+        raise CommitLogError(f"republish rounds are not negative, got {round_}")
+    return f"{_batch_name(REPUBLISH, batch_id)[:-5]}-{round_:03d}.json"
 
 
 def _batch_name(prefix: str, batch_id: int) -> str:

@@ -26,7 +26,7 @@ from kafka_txn_sink.commit_log import delta_log as delta_module
 from kafka_txn_sink.commit_log.delta_log import APP_IDS, SCHEMA, TABLE_PROPERTIES, DeltaCommitLog
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError, ConfigError
 from kafka_txn_sink.options import parse_options
-from kafka_txn_sink.records import Completion, LostParticipant, SinkMeta
+from kafka_txn_sink.records import Completion, LostParticipant, Republish, SinkMeta
 from kafka_txn_sink.storage import LocalStorage, S3Settings
 
 OPTIONS = {"kafka.bootstrap.servers": "127.0.0.1:9092", "sinkId": "orders", "commitLog": "/tmp/l"}
@@ -58,7 +58,7 @@ def delta(tmp_path: Path) -> DeltaCommitLog:
 def rows(path: Path) -> list[dict[str, Any]]:
     """The table's rows as delta-rs reads them, sink row first, then by kind and batch."""
     found = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-    order = {"sink": 0, "decision": 1, "completion": 2}
+    order = {"sink": 0, "decision": 1, "completion": 2, "republish_0": 3}
     return sorted(found, key=lambda row: (order[row["kind"]], row["batch_id"] or 0))
 
 
@@ -131,6 +131,39 @@ def test_completion_with_a_loss_round_trips(log: CommitLog) -> None:
     lost = Completion("orders", batch_id=3, completed_at_ms=20, lost=(LOST,))
     assert log.put_completion(lost) == lost
     assert log.completion(3) == lost
+
+
+def republish(round_: int, epoch: int, at_ms: int = 10) -> Republish:
+    return Republish(
+        "orders",
+        3,
+        round_,
+        (0, 2),
+        "orders-republish",
+        4002,
+        epoch,
+        4,
+        {"refs": {0: (5, 8)}},
+        at_ms,
+    )
+
+
+def test_republish_rounds_are_written_once_each(log: CommitLog) -> None:
+    first, rival = republish(0, epoch=1), republish(0, epoch=2, at_ms=20)
+    assert log.republish(3, 0) is None
+    assert log.put_republish(first) == first
+    assert log.put_republish(rival) == first
+    assert log.republish(3, 0) == first
+    later = republish(1, epoch=3)
+    assert log.put_republish(later) == later
+    assert (log.republish(3, 1), log.republish(3, 2), log.republish(4, 0)) == (later, None, None)
+    assert log.incomplete_batches() == []  # a republish record decides nothing
+
+
+def test_completion_with_republished_partitions_round_trips(log: CommitLog) -> None:
+    done = Completion("orders", batch_id=3, completed_at_ms=20, lost=(LOST,), republished=(0, 2))
+    assert log.put_completion(done) == done
+    assert log.completion(3) == done
 
 
 def test_decided_and_latest(log: CommitLog) -> None:

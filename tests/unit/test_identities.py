@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_txn_sink.identities import id_pattern, owns, partition_of, transactional_id
+from kafka_txn_sink.identities import (
+    id_pattern,
+    owns,
+    partition_of,
+    republish_id,
+    transactional_id,
+)
 
 
 def test_ids_are_sink_dash_partition() -> None:
@@ -20,6 +26,9 @@ def test_ids_are_sink_dash_partition() -> None:
         ("orders-", False),
         ("xorders-1", False),
         ("orders-1x", False),
+        ("orders-republish", True),
+        ("orders_b-republish", False),
+        ("orders-republish-0", False),
     ],
 )
 def test_only_exactly_this_sinks_ids_match(txn_id: str, owned: bool) -> None:
@@ -29,3 +38,9 @@ def test_only_exactly_this_sinks_ids_match(txn_id: str, owned: bool) -> None:
 def test_dots_in_sink_ids_are_literal() -> None:
     assert id_pattern("a.b").match("a.b-1")
     assert not id_pattern("a.b").match("axb-1")
+
+
+def test_the_republish_id_is_the_sinks_but_no_partitions() -> None:
+    assert republish_id("orders") == "orders-republish"
+    with pytest.raises(ValueError, match="not a transactional id"):
+        partition_of("orders", "orders-republish")
