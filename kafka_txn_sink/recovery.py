@@ -23,6 +23,7 @@ from kafka_txn_sink.errors import (
     TransactionLostError,
 )
 from kafka_txn_sink.identities import owns, republish_id, transactional_id
+from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.records import (
     Completion,
     Decision,
@@ -65,6 +66,20 @@ class Settler:
         self._cluster = cluster
         self._deadline_s = deadline_s
         self._republisher = republisher
+
+    @classmethod
+    def for_options(
+        cls, options: SinkOptions, commit_log: CommitLog, coordinator: Coordinator, cluster: Cluster
+    ) -> Settler:
+        """The settler of a running sink: its deadlines, and republishing in files mode."""
+        return cls(
+            options.sink_id,
+            commit_log,
+            coordinator,
+            cluster,
+            options.commit_timeout_ms / 1000,
+            Republisher.for_options(options),
+        )
 
     def complete(self, decision: Decision) -> Settled:
         """Commit every participant of a decided batch, then write its completion marker.

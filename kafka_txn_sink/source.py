@@ -59,9 +59,7 @@ class KafkaTxnDataSource(DataSource):
         ) as coordinator:
             claim_log(options, commit_log, coordinator)
             cluster = Cluster(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
-            Settler(
-                options.sink_id, commit_log, coordinator, cluster, options.commit_timeout_ms / 1000
-            ).roll_forward_incomplete()
+            Settler.for_options(options, commit_log, coordinator, cluster).roll_forward_incomplete()
         latest = commit_log.latest_decision()
         return KafkaTxnStreamWriter(
             options,

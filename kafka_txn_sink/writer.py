@@ -189,9 +189,7 @@ def driver_session(options: SinkOptions) -> Iterator[tuple[CommitLog, Coordinato
     coordinator = Coordinator(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
     try:
         cluster = Cluster(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
-        settler = Settler(
-            options.sink_id, commit_log, coordinator, cluster, options.commit_timeout_ms / 1000
-        )
+        settler = Settler.for_options(options, commit_log, coordinator, cluster)
         yield commit_log, coordinator, settler
     finally:
         coordinator.close()
