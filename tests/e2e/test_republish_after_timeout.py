@@ -8,6 +8,7 @@ named once, also when the driver is killed in the middle of republishing.
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from collections import Counter
@@ -23,10 +24,10 @@ from kafka_txn_sink.files_mode import parse_reference
 from kafka_txn_sink.records import Decision
 from kafka_txn_sink.verify import compare_ids, read_topic
 from tests.e2e.harness import (
-    Outcome,
     Pipeline,
     create_topics,
     finish,
+    kill_group,
     open_transactions,
     produce_events,
 )
@@ -63,9 +64,10 @@ def republishing(pipeline: Pipeline) -> Pipeline:
     return pipeline
 
 
-def hold_until_aborted(pipeline: Pipeline, failpoint_spec: str) -> Outcome:
-    """Run with batch 1 held after its decision until the coordinator aborted all of it."""
-    process = pipeline.start(f"driver.after_decision=block@1;{failpoint_spec}")
+def hold_until_aborted(pipeline: Pipeline, also_block: str = "") -> subprocess.Popen[str]:
+    """Start with batch 1 held after its decision until the coordinator aborted all of it."""
+    spec = "driver.after_decision=block@1" + (f";{also_block}=block@1" if also_block else "")
+    process = pipeline.start(spec)
     pipeline.wait_reached("driver.after_decision", process)
     decision = pipeline.open_log().decision(1)
     assert decision is not None and decision.participants
@@ -76,7 +78,7 @@ def hold_until_aborted(pipeline: Pipeline, failpoint_spec: str) -> Outcome:
         what="the coordinator's timeout abort of batch 1",
     )
     pipeline.release("driver.after_decision")
-    return finish(process)
+    return process
 
 
 def test_aborted_references_are_republished_and_the_query_goes_on(
@@ -84,7 +86,7 @@ def test_aborted_references_are_republished_and_the_query_goes_on(
 ) -> None:
     ids = produce_events(republishing.bootstrap, republishing.input, EVENTS)
 
-    outcome = hold_until_aborted(republishing, "")
+    outcome = finish(hold_until_aborted(republishing))
 
     assert outcome.returncode == 0, outcome.error
     assert republishing.reached_batches("driver.after_decision") == [1]
@@ -94,9 +96,10 @@ def test_aborted_references_are_republished_and_the_query_goes_on(
 def test_a_driver_killed_while_republishing_duplicates_nothing(republishing: Pipeline) -> None:
     ids = produce_events(republishing.bootstrap, republishing.input, EVENTS)
 
-    killed = hold_until_aborted(republishing, "driver.republish_recorded=kill@1")
+    process = hold_until_aborted(republishing, also_block="driver.republish_recorded")
+    republishing.wait_reached("driver.republish_recorded", process)
+    kill_group(process)
 
-    assert killed.returncode != 0
     assert republishing.reached_batches("driver.republish_recorded") == [1]
     assert republishing.open_log().completion(1) is None
     restarted = republishing.run()
