@@ -7,7 +7,9 @@ with `KAFKA_TXN_SINK_FAILPOINT_DIR` naming a directory for the signal files:
 - `<dir>/<name>.reached` is written each time a failpoint fires (with the pid and batch);
 - `block` waits until `<dir>/<name>.release` exists (bounded by `KAFKA_TXN_SINK_FAILPOINT_MAX_S`);
 - `raise` raises `FailpointError`; `raise-once` raises only the first time (across processes);
-- `kill` sends SIGKILL to the firing process's group.
+- `kill` sends SIGKILL to the firing process's group. Spark's Python daemon puts its workers,
+  where `commit()` runs too, in a group of their own, so this spares the driver's JVM: to kill
+  a whole query, `block` it and kill its group from outside (tests/e2e/harness.py `kill_group`).
 
 An action may be limited to one batch with `@batch`, e.g. `driver.after_decision=block@2`.
 """
