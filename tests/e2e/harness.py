@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,6 +146,19 @@ class Pipeline:
         if not path.exists():
             return []
         return [json.loads(line)["batch"] for line in path.read_text().splitlines() if line]
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout_s}s")
+        time.sleep(0.5)
+
+
+def describe(bootstrap: str, txn_ids: list[str]) -> dict[str, TxnState]:
+    with Coordinator(bootstrap, {}) as coordinator:
+        return coordinator.describe(txn_ids)
 
 
 def finish(process: subprocess.Popen[str], timeout_s: float = QUERY_TIMEOUT_S) -> Outcome:

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import boto3
 import pytest
 from confluent_kafka import Producer
 
-from kafka_txn_sink.coordinator import ONGOING, Coordinator, TxnState
+from kafka_txn_sink.coordinator import ONGOING, Coordinator
 from kafka_txn_sink.records import Triple
 from kafka_txn_sink.verify import read_topic
 from tests.e2e.harness import (
@@ -32,10 +31,12 @@ from tests.e2e.harness import (
     assert_exactly_once,
     committed_report,
     create_topics,
+    describe,
     finish,
     kill_group,
     open_transactions,
     produce_ids,
+    wait_until,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -59,19 +60,6 @@ def completion_file(pipeline: Pipeline, batch_id: int) -> Path:
 def read_json(path: Path) -> dict[str, Any]:
     body: dict[str, Any] = json.loads(path.read_text())
     return body
-
-
-def describe(bootstrap: str, txn_ids: list[str]) -> dict[str, TxnState]:
-    with Coordinator(bootstrap, {}) as coordinator:
-        return coordinator.describe(txn_ids)
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout_s}s")
-        time.sleep(0.5)
 
 
 def assert_failed_with(outcome: Outcome, *fragments: str) -> None:

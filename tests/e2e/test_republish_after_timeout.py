@@ -9,27 +9,27 @@ named once, also when the driver is killed in the middle of republishing.
 from __future__ import annotations
 
 import subprocess
-import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
 import fastavro
 import pytest
 
-from kafka_txn_sink.coordinator import ONGOING, Coordinator, TxnState
+from kafka_txn_sink.coordinator import ONGOING
 from kafka_txn_sink.files_mode import parse_reference
 from kafka_txn_sink.records import Decision
 from kafka_txn_sink.verify import compare_ids, read_topic
 from tests.e2e.harness import (
     Pipeline,
     create_topics,
+    describe,
     finish,
     kill_group,
     open_transactions,
     produce_events,
+    wait_until,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -141,16 +141,3 @@ def referenced(pipeline: Pipeline) -> tuple[Counter[str], list[str]]:
         with Path(ref.location).open("rb") as avro:
             found.extend(str(cast(dict[str, Any], row)["id"]) for row in fastavro.reader(avro))
     return Counter(r.location for r in refs), found
-
-
-def describe(bootstrap: str, txn_ids: list[str]) -> dict[str, TxnState]:
-    with Coordinator(bootstrap, {}) as coordinator:
-        return coordinator.describe(txn_ids)
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout_s}s")
-        time.sleep(0.5)
