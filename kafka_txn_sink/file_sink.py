@@ -13,26 +13,16 @@ import errno
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from boto3.exceptions import S3UploadFailedError
 from boto3.s3.transfer import TransferConfig
-from botocore.exceptions import BotoCoreError, ClientError
 
 from kafka_txn_sink.errors import ConfigError, StagingError
-from kafka_txn_sink.storage import (
-    S3Settings,
-    _code,
-    _make_client,
-    _status,
-    fsync_path,
-    make_dirs,
-    parse_location,
-    unlink_quietly,
-)
+from kafka_txn_sink.s3 import S3Prefix, S3Settings
+from kafka_txn_sink.storage import fsync_path, make_dirs, parse_location, unlink_quietly
 
 T = TypeVar("T")
 
@@ -238,7 +228,7 @@ class LocalFileSink:
 # --- S3 ----------------------------------------------------------------------------------
 
 
-class S3FileSink:
+class S3FileSink(S3Prefix):
     """A prefix of an S3 bucket, through boto3 (AWS or any S3-compatible endpoint).
 
     Files at or above `multipart_threshold` bytes go up as multipart uploads in parts of that
@@ -260,9 +250,7 @@ class S3FileSink:
                 f"multipart threshold {multipart_threshold} is below S3's smallest part "
                 f"({_MIN_PART_SIZE} bytes)"
             )
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        self.settings = settings or S3Settings()
+        super().__init__(bucket, prefix, settings)
         self.multipart_threshold = multipart_threshold
         self.max_concurrency = max_concurrency
         self._transfer = TransferConfig(
@@ -270,7 +258,9 @@ class S3FileSink:
             multipart_chunksize=multipart_threshold,
             max_concurrency=max_concurrency,
         )
-        self._client = _make_client(self.settings)
+
+    def _error(self, message: str, status: int, code: str) -> S3FileError:
+        return S3FileError(message, status, code)
 
     def __repr__(self) -> str:
         return f"S3FileSink({self.uri!r}, endpoint={self.endpoint!r})"
@@ -287,14 +277,6 @@ class S3FileSink:
                 self.max_concurrency,
             ),
         )
-
-    @property
-    def uri(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
-
-    @property
-    def endpoint(self) -> str:
-        return str(self._client.meta.endpoint_url)
 
     def location(self, name: str) -> str:
         return f"s3://{self.bucket}/{self._key(name)}"
@@ -322,7 +304,7 @@ class S3FileSink:
                 Body=text.encode("utf-8"),
                 IfNoneMatch="*",
             )
-        except _S3Refused as refused:
+        except S3FileError as refused:
             # 412: it exists (perhaps from botocore's retry of our own first attempt).
             # 409: a concurrent put-if-absent of the same content-addressed name.
             if refused.status in (409, 412):
@@ -380,53 +362,18 @@ class S3FileSink:
                 Key=self._key(upload.name),
                 UploadId=upload.upload_id,
             )
-        except _S3Refused as refused:
+        except S3FileError as refused:
             if refused.status != 404:
                 raise
 
-    def _key(self, name: str) -> str:
-        return f"{self.prefix}/{name}" if self.prefix else name
 
-    def _call(self, action: str, name: str, call: Callable[..., T], **arguments: Any) -> T:
-        """Run one S3 call; every failure becomes a StagingError naming the object."""
-        where = f"{self.uri}/{name}" if name else self.uri
-        try:
-            return call(**arguments)
-        except ClientError as exc:
-            raise self._refused(action, where, _status(exc), _code(exc), exc) from exc
-        except S3UploadFailedError as exc:
-            # boto3's transfer manager wraps the ClientError of a failed upload in this.
-            cause = exc.__context__
-            if isinstance(cause, ClientError):
-                raise self._refused(action, where, _status(cause), _code(cause), cause) from exc
-            raise self._failed(action, where, exc) from exc
-        except BotoCoreError as exc:
-            raise self._failed(action, where, exc) from exc
+class S3FileError(StagingError):
+    """S3 answered a request with an error (status 0: no answer)."""
 
-    def _refused(
-        self, action: str, where: str, status: int, code: str, exc: ClientError
-    ) -> _S3Refused:
-        if code == "NoSuchBucket":
-            message = f"cannot {action} {where}: bucket {self.bucket!r} does not exist"
-        else:
-            detail = exc.response.get("Error", {}).get("Message", "")
-            message = f"cannot {action} {where}: HTTP {status} {code} {detail}".rstrip()
-        return _S3Refused(self._scrub(f"{message} (endpoint {self.endpoint})"), status)
-
-    def _failed(self, action: str, where: str, exc: Exception) -> StagingError:
-        return StagingError(
-            self._scrub(f"cannot {action} {where}: S3 endpoint {self.endpoint} failed: {exc}")
-        )
-
-    def _scrub(self, message: str) -> str:
-        secret = self.settings.secret_access_key
-        return message.replace(secret, "***") if secret else message
-
-
-class _S3Refused(StagingError):
-    def __init__(self, message: str, status: int) -> None:
+    def __init__(self, message: str, status: int, code: str) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code
 
 
 def _items_of(pages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,17 +14,24 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlparse
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from kafka_txn_sink.errors import CommitLogError
+from kafka_txn_sink.s3 import S3Prefix, S3Settings
 
-from kafka_txn_sink.errors import CommitLogError, ConfigError
+__all__ = [
+    "LocalStorage",
+    "S3RequestError",
+    "S3Settings",
+    "S3Storage",
+    "Storage",
+    "open_storage",
+    "parse_location",
+]
 
 T = TypeVar("T")
 
@@ -57,43 +64,6 @@ class Storage(Protocol):
         ...
 
     def delete(self, name: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class S3Settings:
-    """How to reach an S3-compatible endpoint; None means boto3's default chain decides."""
-
-    endpoint_url: str | None = None
-    region: str | None = None
-    access_key_id: str | None = None
-    secret_access_key: str | None = field(default=None, repr=False)
-    connect_timeout_s: float = 5
-    read_timeout_s: float = 15
-    # Attempts in total, the first included (as AWS_MAX_ATTEMPTS counts them).
-    max_attempts: int = 3
-    # None: path-style addressing when an endpoint is given (MinIO, moto), virtual hosts on AWS.
-    path_style: bool | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ConfigError(f"S3 max_attempts must be at least 1, not {self.max_attempts}")
-        if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
-            raise ConfigError(
-                f"S3 timeouts must be positive, not connect={self.connect_timeout_s}s "
-                f"read={self.read_timeout_s}s"
-            )
-
-    @property
-    def use_path_style(self) -> bool:
-        return self.path_style if self.path_style is not None else self.endpoint_url is not None
-
-    def botocore_config(self) -> Config:
-        return Config(
-            connect_timeout=self.connect_timeout_s,
-            read_timeout=self.read_timeout_s,
-            retries={"total_max_attempts": self.max_attempts, "mode": "standard"},
-            s3={"addressing_style": "path"} if self.use_path_style else None,
-        )
 
 
 class LocalStorage:
@@ -234,7 +204,7 @@ def unlink_quietly(path: Path) -> None:
         path.unlink()
 
 
-class S3Storage:
+class S3Storage(S3Prefix):
     """A prefix of an S3 bucket, through boto3, on AWS or any S3-compatible endpoint."""
 
     def __init__(
@@ -245,11 +215,11 @@ class S3Storage:
         *,
         list_page_size: int = 1000,
     ) -> None:
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        self.settings = settings or S3Settings()
+        super().__init__(bucket, prefix, settings)
         self.list_page_size = list_page_size
-        self._client = _make_client(self.settings)
+
+    def _error(self, message: str, status: int, code: str) -> S3RequestError:
+        return S3RequestError(message, status, code)
 
     def __repr__(self) -> str:
         return f"S3Storage({self.uri!r}, endpoint={self.endpoint!r})"
@@ -257,14 +227,6 @@ class S3Storage:
     def __reduce__(self) -> tuple[Any, ...]:
         # A boto3 client cannot be pickled; rebuild it where the storage lands (an executor).
         return (_rebuild_s3, (self.bucket, self.prefix, self.settings, self.list_page_size))
-
-    @property
-    def uri(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
-
-    @property
-    def endpoint(self) -> str:
-        return str(self._client.meta.endpoint_url)
 
     def put_if_absent(self, name: str, data: bytes) -> bool:
         key = self._key(name)
@@ -364,37 +326,10 @@ class S3Storage:
         with contextlib.suppress(CommitLogError):
             self.delete(name)
 
-    def _key(self, name: str) -> str:
-        return f"{self.prefix}/{name}" if self.prefix else name
-
-    def _call(self, action: str, name: str, call: Callable[..., T], **arguments: Any) -> T:
-        """Run one S3 call, turning every failure into a CommitLogError that names the object."""
-        where = f"{self.uri}/{name}" if name else self.uri
-        try:
-            return call(**arguments)
-        except ClientError as exc:
-            raise self._client_error(action, where, exc) from exc
-        except BotoCoreError as exc:
-            message = f"cannot {action} {where}: S3 endpoint {self.endpoint} failed: {exc}"
-            raise CommitLogError(self._scrub(message)) from exc
-
-    def _client_error(self, action: str, where: str, exc: ClientError) -> S3RequestError:
-        code = _code(exc)
-        status = _status(exc)
-        if code == "NoSuchBucket":
-            message = f"cannot {action} {where}: bucket {self.bucket!r} does not exist"
-        else:
-            detail = exc.response.get("Error", {}).get("Message", "")
-            message = f"cannot {action} {where}: HTTP {status} {code} {detail}".rstrip()
-        return S3RequestError(self._scrub(f"{message} (endpoint {self.endpoint})"), status, code)
-
-    def _scrub(self, message: str) -> str:
-        secret = self.settings.secret_access_key
-        return message.replace(secret, "***") if secret else message
-
 
 class S3RequestError(CommitLogError):
-    """S3 answered a request with an error; status and code let callers treat some as results."""
+    """S3 answered a request with an error (status 0: no answer); status and code let callers
+    treat some answers as results."""
 
     def __init__(self, message: str, status: int, code: str) -> None:
         super().__init__(message)
@@ -404,25 +339,6 @@ class S3RequestError(CommitLogError):
 
 def _keys_of(pages: Iterable[dict[str, Any]]) -> list[str]:
     return [item["Key"] for page in pages for item in page.get("Contents", [])]
-
-
-def _status(exc: ClientError) -> int:
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _make_client(settings: S3Settings) -> Any:
-    session = boto3.session.Session(
-        aws_access_key_id=settings.access_key_id,
-        aws_secret_access_key=settings.secret_access_key,
-        region_name=settings.region,
-    )
-    return session.client(
-        "s3", endpoint_url=settings.endpoint_url, config=settings.botocore_config()
-    )
 
 
 def _rebuild_s3(bucket: str, prefix: str, settings: S3Settings, page_size: int) -> S3Storage:
