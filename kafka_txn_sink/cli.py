@@ -4,13 +4,17 @@
     kafka-txn-sink log show BATCH --log URI
     kafka-txn-sink status --log URI --bootstrap HOST:PORT [--sink-id ID]
     kafka-txn-sink recover --log URI --bootstrap HOST:PORT [--sink-id ID] [--execute [--force]]
+        [--path PATH --references-topic R]
     kafka-txn-sink vacuum --log URI --path PATH [--retention-hours H] [--execute]
+    kafka-txn-sink verify --bootstrap HOST:PORT --input-topic T [--checkpoint DIR]
+        [--output-topic O] [--log URI] [--references-topic R] [--path PATH]
 
-Tables by default, `--json` for scripts. Exit codes: 0 done; 1 not found, refused, or recovery
-left something unsettled; 2 cannot run (bad arguments, no commit log at the location, brokers
-unreachable). The commit log is read from a local path, `file://` or `s3://` (credentials from the
-usual AWS environment variables), in either format (`--log-format`, found out by default); Kafka
-client settings (TLS, SASL) go in `--kafka KEY=VALUE`.
+Tables by default, `--json` for scripts. Exit codes: 0 done (verify: exact); 1 not found,
+refused, recovery left something unsettled, or verify found an anomaly; 2 cannot run (bad
+arguments, no commit log at the location, brokers unreachable). The commit log is read from a
+local path, `file://` or `s3://` (credentials from the usual AWS environment variables), in
+either format (`--log-format`, found out by default); Kafka client settings (TLS, SASL) go in
+`--kafka KEY=VALUE`.
 """
 
 from __future__ import annotations
@@ -30,15 +34,18 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kafka_txn_sink import cli_verify
 from kafka_txn_sink.cluster import Cluster
 from kafka_txn_sink.commit_log import LOG_FORMATS, CommitLog, detect_format, open_commit_log
 from kafka_txn_sink.coordinator import ONGOING, Coordinator, TxnState
 from kafka_txn_sink.errors import KafkaTxnSinkError, StagingError, TransactionCompletionError
 from kafka_txn_sink.file_sink import FileSink, PendingUpload, S3FileSink, open_file_sink
+from kafka_txn_sink.files_mode import DEFAULT_SCHEMA_INLINE_MAX_BYTES
 from kafka_txn_sink.identities import owns, transactional_id, validate_sink_id
 from kafka_txn_sink.options import is_secret
 from kafka_txn_sink.records import Completion, Decision, Triple
 from kafka_txn_sink.recovery import Settler
+from kafka_txn_sink.republish import Republisher
 from kafka_txn_sink.storage import S3Settings
 from kafka_txn_sink.vacuum import VacuumPlan, check_retention, plan_vacuum, referenced_locations
 
@@ -110,6 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="the sink's transaction timeout: activity younger than this means the query may be "
         f"alive (default {DEFAULT_TRANSACTION_TIMEOUT_MS})",
     )
+    recover.add_argument(
+        "--path", metavar="PATH", help="files mode: the sink's path option (to republish)"
+    )
+    recover.add_argument(
+        "--references-topic",
+        metavar="TOPIC",
+        help="files mode: the sink's referencesTopic option; with --path, file references of "
+        "decided transactions the broker aborted are published again",
+    )
     recover.set_defaults(func=cmd_recover)
 
     vacuum = commands.add_parser(
@@ -143,13 +159,20 @@ def build_parser() -> argparse.ArgumentParser:
     # Tests only: S3 servers do not let a client set LastModified, so the clock moves instead.
     vacuum.add_argument("--now-ms", type=int, help=argparse.SUPPRESS)
     vacuum.set_defaults(func=cmd_vacuum)
+
+    cli_verify.add_parser(commands, _json_option()).set_defaults(func=cmd_verify)
     return parser
 
 
-def _log_options() -> argparse.ArgumentParser:
+def _json_option() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: a --json after the command must not reset one given before it.
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="JSON out")
+    return common
+
+
+def _log_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False, parents=[_json_option()])
     common.add_argument("--log", required=True, metavar="URI", help="the sink's commitLog option")
     common.add_argument("--s3-endpoint", metavar="URL", help="S3-compatible endpoint")
     common.add_argument("--s3-region", metavar="REGION", help="S3 region")
@@ -609,6 +632,7 @@ def alive_because(
 def cmd_recover(args: argparse.Namespace, out: Output) -> int:
     commit_log, log_sink_id = open_log(args)
     sink_id = _sink_id(args, log_sink_id)
+    republisher = _republisher(args, sink_id)
     with brokers(args) as coordinator:
         now = _now_ms()
         plan = plan_recovery(commit_log, coordinator, sink_id, args.transaction_timeout_ms, now)
@@ -617,10 +641,30 @@ def cmd_recover(args: argparse.Namespace, out: Output) -> int:
             out.emit(payload, _render_recover)
             return REFUSED if args.execute else OK
         cluster = Cluster(args.bootstrap, _kafka_settings(args), args.timeout_ms)
-        settler = Settler(sink_id, commit_log, coordinator, cluster, END_TXN_DEADLINE_S)
+        settler = Settler(
+            sink_id, commit_log, coordinator, cluster, END_TXN_DEADLINE_S, republisher
+        )
         payload["result"] = execute(plan, commit_log, settler)
     out.emit(payload, _render_recover)
     return OK if payload["result"]["ok"] else REFUSED
+
+
+def _republisher(args: argparse.Namespace, sink_id: str) -> Republisher | None:
+    if not (args.path and args.references_topic):
+        if args.path or args.references_topic:
+            raise CliError("--path and --references-topic go together (files mode)")
+        return None
+    return Republisher(
+        sink_id=sink_id,
+        bootstrap_servers=args.bootstrap,
+        kafka=_kafka_settings(args),
+        transaction_timeout_ms=args.transaction_timeout_ms,
+        client_timeout_s=args.timeout_ms / 1000,
+        references_topic=args.references_topic,
+        path=args.path,
+        s3=_s3_settings(args),
+        inline_max_bytes=DEFAULT_SCHEMA_INLINE_MAX_BYTES,
+    )
 
 
 def _plan_json(plan: Plan, sink_id: str, args: argparse.Namespace, now_ms: int) -> Payload:
@@ -832,3 +876,10 @@ def _render_vacuum(payload: Payload, console: Console) -> None:
         console.print("[bold green]done[/]")
     else:
         console.print(f"[bold red]{len(result['errors'])} failure(s)[/]: {result['errors'][0]}")
+
+
+# -- verify ------------------------------------------------------------------------------------
+
+
+def cmd_verify(args: argparse.Namespace, out: Output) -> int:
+    return cli_verify.run(args, _kafka_settings(args), out.json_mode)

@@ -22,7 +22,7 @@ import pytest
 from kafka_txn_sink import cli
 from kafka_txn_sink.commit_log import JsonCommitLog, open_commit_log
 from kafka_txn_sink.coordinator import Coordinator
-from kafka_txn_sink.records import Decision, Participant, SinkMeta, Triple
+from kafka_txn_sink.records import Completion, Decision, Participant, SinkMeta, Triple
 from kafka_txn_sink.storage import LocalStorage, S3Settings
 from kafka_txn_sink.verify import read_topic
 from tests.e2e.harness import create_topics
@@ -254,3 +254,43 @@ def test_log_list_on_s3(s3_endpoint: str, capsys: pytest.CaptureFixture[str]) ->
     assert missing == 2
     assert err.count("\n") == 1
     assert "does not exist" in err
+
+
+def log_files(sink: Sink) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(sink.log_dir)): path.read_bytes()
+        for path in sorted(sink.log_dir.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_recover_on_a_clean_log_changes_nothing(
+    sink: Sink, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Batch 0 went through as the sink does it: decided, committed, marked complete.
+    done = prepare(sink, f"{sink.sink_id}-0")
+    decided_at = int(time.time() * 1000) - 60_000
+    sink.log.put_decision(
+        Decision(sink.sink_id, "query-1", 0, (done,), 1, ROWS, decided_at_ms=decided_at)
+    )
+    with Coordinator(sink.bootstrap, {}) as coordinator:
+        [result] = coordinator.end_transactions([done.triple], commit=True, deadline_s=30)
+    assert result.ok
+    sink.log.put_completion(Completion(sink.sink_id, 0, decided_at + 1000))
+    before = log_files(sink)
+    timeout = ["--transaction-timeout-ms", "1000"]
+
+    code_plan, plan = run(capsys, [*sink.args("recover"), *timeout])
+    code, executed = run(capsys, [*sink.args("recover", "--execute"), *timeout])
+    table_code = cli.main([*sink.args("recover", "--execute")[1:], *timeout])
+    table = capsys.readouterr().out
+    after = status(sink, capsys)
+
+    assert code_plan == code == table_code == 0
+    assert plan["roll_forward"] == [] and plan["abort"] == []
+    assert executed["result"] == {"ok": True, "completed": [], "aborted": [], "error": None}
+    assert "nothing to roll forward" in table and "nothing to abort" in table
+    assert log_files(sink) == before  # not one record written, not even a hint
+    assert after["incomplete"] == [] and after["last_completed"] == 0
+    assert after["open_transactions"] == []
+    assert visible(sink, done.transactional_id) == ROWS

@@ -17,7 +17,7 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from kafka_txn_sink import failpoints
+from kafka_txn_sink import cli, failpoints
 from kafka_txn_sink.cluster import Cluster
 from kafka_txn_sink.commit_log import JsonCommitLog
 from kafka_txn_sink.coordinator import Coordinator
@@ -254,3 +254,23 @@ def test_without_the_files_options_nothing_is_marked_complete(bed: Bed) -> None:
 
     assert bed.commit_log.completion(7) is None
     assert bed.referenced() == Counter()
+
+
+def test_recover_republishes_with_the_files_options(
+    bed: Bed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    participant = aborted_participant(bed, 0, files=2)
+    decide(bed, participant)
+    root = bed.commit_log.storage.uri
+    common = ["--json", "recover", "--log", root, "--bootstrap", bed.bootstrap]
+    common += ["--execute", "--force"]
+
+    refused = cli.main([*common, "--path", str(bed.files)])
+    capsys.readouterr()
+    code = cli.main([*common, "--path", str(bed.files), "--references-topic", bed.references])
+
+    assert refused == 2
+    assert code == 0, capsys.readouterr()
+    completion = bed.commit_log.completion(7)
+    assert completion is not None and completion.republished == (0,)
+    assert bed.referenced() == expected(participant)
