@@ -3,6 +3,9 @@ record is visible to read_committed consumers (the fate probe)."""
 
 from __future__ import annotations
 
+import atexit
+import os
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -14,6 +17,10 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from kafka_txn_sink.errors import KafkaUnavailableError
 
 MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
+# How long a shared Cluster trusts what it learnt: the brokers' transaction.max.timeout.ms and
+# that a topic exists. Both only feed start-of-batch checks that tasks repeat anyway (librdkafka
+# refuses a timeout above the maximum; producing to a missing topic fails the task).
+FACTS_TTL_S = 300.0
 
 
 def client_config(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> dict[str, Any]:
@@ -35,6 +42,32 @@ class Cluster:
         self._config = client_config(bootstrap, kafka, timeout_ms)
         self._timeout_s = timeout_ms / 1000
         self._admin = AdminClient(self._config)
+        self._facts_lock = threading.Lock()
+        self._max_timeout: tuple[float, int] | None = None  # (learnt at, value)
+        self._topics_seen: dict[str, float] = {}  # topic -> when it was last seen to exist
+
+    def topic_exists(self, topic: str) -> bool:
+        """Whether `topic` exists; a positive answer is remembered for FACTS_TTL_S."""
+        with self._facts_lock:
+            seen = self._topics_seen.get(topic)
+        if seen is not None and time.monotonic() - seen < FACTS_TTL_S:
+            return True
+        exists = self.topic_partitions(topic) is not None
+        if exists:
+            with self._facts_lock:
+                self._topics_seen[topic] = time.monotonic()
+        return exists
+
+    def cached_max_transaction_timeout_ms(self) -> int:
+        """`max_transaction_timeout_ms`, asked again after FACTS_TTL_S."""
+        with self._facts_lock:
+            known = self._max_timeout
+        if known is not None and time.monotonic() - known[0] < FACTS_TTL_S:
+            return known[1]
+        value = self.max_transaction_timeout_ms()
+        with self._facts_lock:
+            self._max_timeout = (time.monotonic(), value)
+        return value
 
     def topic_partitions(self, topic: str) -> int | None:
         """Number of partitions of `topic`, None if it does not exist."""
@@ -108,3 +141,40 @@ _PRODUCER_ONLY = ("linger", "batch.", "compression", "queue.buffering", "message
 
 def _producer_only(name: str) -> bool:
     return name.lower().startswith(_PRODUCER_ONLY)
+
+
+# -- one Cluster per connection settings and process ---------------------------------------------
+
+_SHARED: dict[tuple[Any, ...], Cluster] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_cluster(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> Cluster:
+    """A Cluster kept for the life of this process, one per connection settings.
+
+    Spark reuses its planner and commit-worker Python processes from batch to batch, so the
+    admin client's connections and what it learnt (see FACTS_TTL_S) outlive one batch.
+    librdkafka's admin client is thread-safe and reconnects by itself; `discard_cluster` drops
+    one after a failure anyway, so the next step starts from a fresh client.
+    """
+    key = (os.getpid(), bootstrap, tuple(sorted(kafka.items())), timeout_ms)
+    with _SHARED_LOCK:
+        found = _SHARED.get(key)
+        if found is None:
+            found = _SHARED[key] = Cluster(bootstrap, kafka, timeout_ms)
+        return found
+
+
+def discard_cluster(cluster: Cluster) -> None:
+    with _SHARED_LOCK:
+        for key, value in list(_SHARED.items()):
+            if value is cluster:
+                del _SHARED[key]
+
+
+def _drop_all() -> None:
+    with _SHARED_LOCK:
+        _SHARED.clear()  # librdkafka's admin clients end with their Python objects
+
+
+atexit.register(_drop_all)

@@ -8,12 +8,14 @@ Steps of `commit`, in this order (DESIGN §3):
 5. the decision record is written, put-if-absent: the commit point;
 6. EndTxn(commit) for every participant, settled by a probe when it errs;
 7. the completion marker;
-8. the best-effort clean-up of this sink's leftovers.
+8. the best-effort clean-up of this sink's leftovers, when due (`CleanupSchedule`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from collections.abc import Sequence
 
@@ -43,11 +45,13 @@ class Committer:
         commit_log: CommitLog,
         coordinator: Coordinator,
         settler: Settler,
+        cleanup: CleanupSchedule | None = None,
     ):
         self._options = options
         self._log = commit_log
         self._coordinator = coordinator
         self._settler = settler
+        self._cleanup = cleanup  # None: the full clean-up after every commit
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
         tasks = _complete_messages(messages, batch_id)
@@ -61,10 +65,15 @@ class Committer:
                 batch_id,
                 self._options.sink_id,
             )
-        self._abort_undecided(tasks, decision)
+            self._make_cleanup_due("a decided batch was rolled forward")
+        if self._abort_undecided(tasks, decision):
+            self._make_cleanup_due("prepared transactions outside the decision were aborted")
+        if any(t.attempt > 0 for t in tasks):
+            self._make_cleanup_due("a task of the batch was retried")
         self._settler.complete_or_raise_loss(decision)
         failpoints.fire("driver.after_completion", batch_id)
-        self._settler.clean_up()
+        if self._cleanup is None or self._cleanup.take_due():
+            self._settler.clean_up()
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
         """Abort each prepared transaction that no decision holds; never touch a decided one."""
@@ -122,7 +131,7 @@ class Committer:
         if too_old:
             raise TransactionTooOldError(_too_old_message(batch_id, too_old, self._options))
 
-    def _abort_undecided(self, tasks: Sequence[TaskCommit], decision: Decision) -> None:
+    def _abort_undecided(self, tasks: Sequence[TaskCommit], decision: Decision) -> bool:
         decided = {p.triple for p in decision.participants}
         stray = [t.triple for t in tasks if t.status == "prepared" and t.triple not in decided]
         if stray:
@@ -132,6 +141,53 @@ class Committer:
                 decision.batch_id,
             )
             self._settler.abort(stray)
+        return bool(stray)
+
+    def _make_cleanup_due(self, reason: str) -> None:
+        if self._cleanup is not None:
+            self._cleanup.make_due(reason)
+
+
+class CleanupSchedule:
+    """When `commit()` runs the full clean-up (ListTransactions, DescribeTransactions, aborts).
+
+    The clean-up finds leftovers: transactions of crashed runs, of losing task attempts, of ids
+    of partitions that no longer exist. A batch that completed without any of the signs below
+    leaves none: each of its tasks initialised its id (fencing whatever that id had open), its
+    participants are committed, and no other id was used. So it runs when there may be
+    something to find: the first commit of this sink in this process (a restart: ids of a
+    crashed run, possibly more of them than there are partitions now), after a failed commit or
+    an abort, after a roll-forward, a retried task or an aborted stray, and otherwise every
+    `every_batches` batches or `every_s` seconds, whichever comes first, as a safety net for
+    what the driver cannot see (e.g. a zombie attempt of an abandoned stage).
+    """
+
+    def __init__(self, every_batches: int = 10, every_s: float = 60.0):
+        self.every_batches = every_batches
+        self.every_s = every_s
+        self.pid = os.getpid()
+        self._lock = threading.Lock()
+        self._due: str | None = "the first commit of this sink in this process"
+        self._since = 0
+        self._last = time.monotonic()
+
+    def make_due(self, reason: str) -> None:
+        with self._lock:
+            self._due = self._due or reason
+
+    def take_due(self) -> bool:
+        """Whether to run the clean-up now; if so, the schedule restarts from here."""
+        with self._lock:
+            self._since += 1
+            due = (
+                self._due is not None
+                or self._since >= self.every_batches
+                or time.monotonic() - self._last >= self.every_s
+            )
+            if due:
+                log.debug("clean-up due: %s", self._due or "periodic")
+                self._due, self._since, self._last = None, 0, time.monotonic()
+            return due
 
 
 def check_query_id(commit_log: CommitLog, query_ids: set[str]) -> None:

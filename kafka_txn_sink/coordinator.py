@@ -10,7 +10,10 @@ EndTxn is sent at version <= 3, the transaction protocol (TV1) librdkafka's task
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,6 +34,8 @@ from kafka_txn_sink.records import Triple
 log = logging.getLogger(__name__)
 
 END_TXN_MAX_VERSION = 3
+# Requests pipelined on one connection; EndTxns beyond it wait for a slot in `end_transactions`.
+MAX_IN_FLIGHT = 256
 
 ONGOING = "Ongoing"
 NOT_FOUND = "NotFound"
@@ -82,6 +87,10 @@ def admin_settings(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) ->
         "request_timeout_ms": timeout_ms,
         "bootstrap_timeout_ms": timeout_ms,
         "reconnect_backoff_max_ms": 1000,
+        # kafka-python's default of 5 makes every further request fail at once with "node
+        # paused", so EndTxn for more than 5 participants crawled through retries and backoff
+        # (2.6 s for 32, measured) or stalled until the deadline on a fresh connection.
+        "max_in_flight_requests_per_connection": MAX_IN_FLIGHT,
     }
     for name, value in kafka.items():
         target = _SECURITY_SETTINGS.get(name.lower())
@@ -103,6 +112,10 @@ class Coordinator:
             ) from exc
         self._manager = self._admin._manager
         self._net = self._manager._net
+        # One request round at a time per client: a shared client may be used from several
+        # threads, and kafka-python drives its loop on the caller's thread when it has no IO
+        # thread of its own.
+        self._lock = threading.RLock()
 
     def close(self) -> None:
         try:
@@ -131,14 +144,21 @@ class Coordinator:
             return []
         deadline = time.monotonic() + deadline_s
 
-        async def run_all() -> list[EndTxnResult]:
-            # kafka-python runs its own event loop (not asyncio): schedule all, then await each.
+        async def run_all(chunk: list[Triple]) -> list[EndTxnResult]:
+            # One batched FindCoordinator for every id first (cached afterwards), then every
+            # EndTxn at once. kafka-python runs its own event loop (not asyncio): schedule all,
+            # then await each.
+            await self._coordinators_of(t.transactional_id for t in chunk)
             futures = [
-                self._net.call_soon_with_future(self._end_one, t, commit, deadline) for t in wanted
+                self._net.call_soon_with_future(self._end_one, t, commit, deadline) for t in chunk
             ]
             return [await future for future in futures]
 
-        return self._run(run_all)
+        results: list[EndTxnResult] = []
+        for start in range(0, len(wanted), MAX_IN_FLIGHT // 2):
+            chunk = wanted[start : start + MAX_IN_FLIGHT // 2]
+            results.extend(self._run(run_all, chunk))
+        return results
 
     async def _end_one(self, triple: Triple, commit: bool, deadline: float) -> EndTxnResult:
         request = EndTxnRequest(
@@ -186,8 +206,8 @@ class Coordinator:
 
         async def run() -> dict[str, TxnState]:
             by_node: dict[int, list[str]] = {}
-            for txn_id in ids:
-                by_node.setdefault(await self._coordinator_of(txn_id), []).append(txn_id)
+            for txn_id, node in (await self._coordinators_of(ids)).items():
+                by_node.setdefault(node, []).append(txn_id)
             states: dict[str, TxnState] = {}
             for node, node_ids in by_node.items():
                 response = await self._manager.send(
@@ -228,13 +248,21 @@ class Coordinator:
 
     # -- plumbing -------------------------------------------------------------------------------
 
-    def _run(self, coroutine: Any) -> Any:
+    def _run(self, coroutine: Any, *args: Any) -> Any:
         try:
-            return self._manager.run(coroutine)
+            with self._lock:
+                return self._manager.run(coroutine, *args)
         except kafka_errors.KafkaError as exc:
             raise KafkaUnavailableError(
                 f"Kafka request failed: {type(exc).__name__}: {exc}"
             ) from exc
+
+    async def _coordinators_of(self, txn_ids: Iterable[str]) -> dict[str, int]:
+        """One batched FindCoordinator (v4+) for the ids not cached yet."""
+        found: dict[str, int] = await self._admin._find_coordinator_ids(
+            list(txn_ids), CoordinatorType.TRANSACTION
+        )
+        return found
 
     async def _coordinator_of(self, txn_id: str) -> int:
         node: int = await self._admin._find_coordinator_id(txn_id, CoordinatorType.TRANSACTION)
@@ -267,3 +295,47 @@ def _state_of(txn: Any) -> TxnState:
         timeout_ms=txn.transaction_timeout_ms,
         start_ms=txn.transaction_start_time_ms,
     )
+
+
+# -- one Coordinator per connection settings and process -----------------------------------------
+
+_SHARED: dict[tuple[Any, ...], Coordinator] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_coordinator(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> Coordinator:
+    """A Coordinator kept for the life of this process (closed at exit); do not close it.
+
+    Spark reuses its planner and commit-worker Python processes from batch to batch, so one
+    bootstrapped client with its connections and cached coordinators serves every batch.
+    Call `discard_coordinator` after a failure: the next caller gets a fresh client.
+
+    Raises:
+        KafkaUnavailableError: a new client cannot reach the brokers.
+    """
+    key = (os.getpid(), bootstrap, tuple(sorted(kafka.items())), timeout_ms)
+    with _SHARED_LOCK:
+        found = _SHARED.get(key)
+        if found is None:
+            found = _SHARED[key] = Coordinator(bootstrap, kafka, timeout_ms)
+        return found
+
+
+def discard_coordinator(coordinator: Coordinator) -> None:
+    """Forget a shared Coordinator and close it (if it is one; otherwise just close it)."""
+    with _SHARED_LOCK:
+        for key, value in list(_SHARED.items()):
+            if value is coordinator:
+                del _SHARED[key]
+    coordinator.close()
+
+
+def _close_all() -> None:
+    with _SHARED_LOCK:
+        shared = [c for k, c in _SHARED.items() if k[0] == os.getpid()]
+        _SHARED.clear()
+    for coordinator in shared:
+        coordinator.close()
+
+
+atexit.register(_close_all)

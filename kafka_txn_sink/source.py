@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 from pyspark.errors import AnalysisException
@@ -11,10 +12,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
-from kafka_txn_sink.cluster import Cluster
+from kafka_txn_sink.cluster import Cluster, discard_cluster, shared_cluster
 from kafka_txn_sink.columns import plan_columns
-from kafka_txn_sink.commit_log import CommitLog, open_commit_log
-from kafka_txn_sink.coordinator import Coordinator
+from kafka_txn_sink.commit_log import CommitLog
+from kafka_txn_sink.coordinator import Coordinator, discard_coordinator, shared_coordinator
 from kafka_txn_sink.errors import ConfigError, KafkaTxnSinkError
 from kafka_txn_sink.identities import owns, transactional_id
 from kafka_txn_sink.options import SinkOptions, parse_options
@@ -22,7 +23,12 @@ from kafka_txn_sink.producer import producer_config
 from kafka_txn_sink.records import SinkMeta
 from kafka_txn_sink.recovery import Settler
 from kafka_txn_sink.storage import open_storage
-from kafka_txn_sink.writer import KafkaTxnStreamWriter
+from kafka_txn_sink.writer import (
+    KafkaTxnStreamArrowWriter,
+    KafkaTxnStreamWriter,
+    driver_commit_log,
+    stream_writer_class,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,39 +57,58 @@ class KafkaTxnDataSource(DataSource):
         options = parse_options(self.options)
         columns = plan_columns(schema, options.topic) if options.records_mode else None
         files_plan = options.files.plan(schema) if options.files is not None else None
-        options = resolve_against_cluster(options)
-        check_producer_settings(options)
-        commit_log = open_commit_log(options.commit_log, options.s3, options.commit_log_format)
-        with Coordinator(
+        # Spark reuses this Python process for later batches: the clients, the log object and
+        # what the cluster said are kept (per process, per connection settings); a failure
+        # drops them, so the next batch starts afresh.
+        cluster = shared_cluster(
             options.bootstrap_servers, options.kafka, options.commit_timeout_ms
-        ) as coordinator:
-            claim_log(options, commit_log, coordinator)
-            cluster = Cluster(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
-            Settler.for_options(options, commit_log, coordinator, cluster).roll_forward_incomplete()
-        latest = commit_log.latest_decision()
-        return KafkaTxnStreamWriter(
-            options,
-            columns,
-            files_plan,
-            log_query_id=latest.query_id if latest else None,
-            last_decided=latest.batch_id if latest else None,
         )
+        try:
+            options = resolve_against_cluster(options, cluster)
+            check_producer_settings(options)
+            commit_log = driver_commit_log(options)
+            coordinator = shared_coordinator(
+                options.bootstrap_servers, options.kafka, options.commit_timeout_ms
+            )
+        except BaseException:
+            discard_cluster(cluster)
+            raise
+        try:
+            claim_log(options, commit_log, coordinator)
+            Settler.for_options(options, commit_log, coordinator, cluster).roll_forward_incomplete()
+            latest = commit_log.latest_decision()
+        except BaseException:
+            discard_cluster(cluster)
+            discard_coordinator(coordinator)
+            raise
+        log_query_id = latest.query_id if latest else None
+        last_decided = latest.batch_id if latest else None
+        if stream_writer_class() is KafkaTxnStreamArrowWriter:
+            return KafkaTxnStreamArrowWriter(
+                options, columns, files_plan, log_query_id, last_decided, schema=schema
+            )
+        return KafkaTxnStreamWriter(options, columns, files_plan, log_query_id, last_decided)
 
 
-def resolve_against_cluster(options: SinkOptions) -> SinkOptions:
+def resolve_against_cluster(options: SinkOptions, cluster: Cluster | None = None) -> SinkOptions:
     """Check the topic exists and fit the transaction timeout to the brokers' maximum.
+
+    With a shared `cluster`, a topic seen to exist and the brokers' maximum are remembered for
+    a few minutes (cluster.FACTS_TTL_S): tasks check both again anyway (producing to a missing
+    topic fails the task; librdkafka's InitProducerId refuses a timeout above the maximum).
 
     Raises:
         KafkaUnavailableError: the brokers cannot be reached.
         ConfigError: the topic is missing, or the timeout is above the brokers' maximum.
     """
-    cluster = Cluster(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
-    if options.topic is not None and cluster.topic_partitions(options.topic) is None:
+    if cluster is None:
+        cluster = Cluster(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
+    if options.topic is not None and not cluster.topic_exists(options.topic):
         raise ConfigError(f"topic {options.topic!r} (option topic) does not exist on the cluster")
     refs = options.files.references_topic if options.files is not None else None
-    if refs is not None and cluster.topic_partitions(refs) is None:
+    if refs is not None and not cluster.topic_exists(refs):
         raise ConfigError(f"topic {refs!r} (option referencesTopic) does not exist on the cluster")
-    broker_max = cluster.max_transaction_timeout_ms()
+    broker_max = cluster.cached_max_transaction_timeout_ms()
     wanted = options.transaction_timeout_ms
     if wanted is None:
         return options.with_transaction_timeout(broker_max)
@@ -95,12 +120,22 @@ def resolve_against_cluster(options: SinkOptions) -> SinkOptions:
     return options
 
 
+_CHECKED_PRODUCER_SETTINGS: set[tuple[Any, ...]] = set()
+
+
 def check_producer_settings(options: SinkOptions) -> None:
-    """Let librdkafka judge the kafka.* settings here, not in every task.
+    """Let librdkafka judge the kafka.* settings here, not in every task (once per process).
 
     Raises:
         ConfigError: librdkafka refuses a setting; the message names it.
     """
+    key = (
+        options.bootstrap_servers,
+        tuple(sorted(options.kafka.items())),
+        options.require_transaction_timeout(),
+    )
+    if key in _CHECKED_PRODUCER_SETTINGS:
+        return
     config = producer_config(
         options.bootstrap_servers,
         options.kafka,
@@ -111,6 +146,7 @@ def check_producer_settings(options: SinkOptions) -> None:
         Producer(config)  # no request is sent before init_transactions(); dropped at once
     except (KafkaException, ValueError, TypeError) as exc:
         raise ConfigError(f"a kafka.* option is not a valid producer setting: {exc}") from None
+    _CHECKED_PRODUCER_SETTINGS.add(key)
 
 
 def claim_log(options: SinkOptions, commit_log: CommitLog, coordinator: Coordinator) -> None:

@@ -7,21 +7,32 @@ pickles it to the tasks; so it carries only options and what the commit log said
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
 
 from kafka_txn_sink import failpoints
+from kafka_txn_sink.arrow_writer import (
+    ARROW_WRITER_AVAILABLE,
+    ArrowStreamWriterBase,
+    record_columns,
+    row_converter,
+    send_batch,
+)
 from kafka_txn_sink.avro_files import FileNaming, FilePlan, FileSet, WrittenFile
-from kafka_txn_sink.cluster import Cluster
+from kafka_txn_sink.cluster import discard_cluster, shared_cluster
 from kafka_txn_sink.columns import Columns, as_bytes, as_headers
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
-from kafka_txn_sink.committer import Committer, query_id_mismatch
-from kafka_txn_sink.coordinator import Coordinator
+from kafka_txn_sink.committer import CleanupSchedule, Committer, query_id_mismatch
+from kafka_txn_sink.coordinator import Coordinator, discard_coordinator, shared_coordinator
 from kafka_txn_sink.errors import ConfigError, InputError
 from kafka_txn_sink.file_sink import open_file_sink
 from kafka_txn_sink.files_mode import reference
@@ -70,7 +81,7 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
         try:
             txn.init()
             failpoints.fire("task.after_init", batch_id)
-            self._send_rows(txn, files, iterator, batch_id)
+            self._send(txn, files, iterator, batch_id)
             written = files.close() if files is not None else []
             self._send_references(txn, written, batch_id)
             prepared = txn.prepare()
@@ -96,7 +107,7 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
             files=tuple(w.ref for w in written),
         )
 
-    def _send_rows(
+    def _send(
         self, txn: TaskTransaction, files: FileSet | None, rows: Iterator[Any], batch_id: int
     ) -> None:
         for count, row in enumerate(rows):
@@ -174,22 +185,133 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
     # -- driver -------------------------------------------------------------------------------
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        schedule = cleanup_schedule(self.options)
         with driver_session(self.options) as (commit_log, coordinator, settler):
-            Committer(self.options, commit_log, coordinator, settler).commit(messages, batchId)
+            try:
+                Committer(self.options, commit_log, coordinator, settler, schedule).commit(
+                    messages, batchId
+                )
+            except BaseException:
+                schedule.make_due("the previous commit failed")
+                raise
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        cleanup_schedule(self.options).make_due("a batch was aborted")
         with driver_session(self.options) as (commit_log, coordinator, settler):
             Committer(self.options, commit_log, coordinator, settler).abort(messages, batchId)
 
 
+class KafkaTxnStreamArrowWriter(KafkaTxnStreamWriter):
+    """The same writer, fed Spark's Arrow record batches instead of rows (PySpark 4.1+).
+
+    Registered as a `DataSourceStreamArrowWriter` where PySpark has that class, which is what
+    makes Spark hand `write()` the batches; see arrow_writer.py for what it saves.
+    """
+
+    def __init__(self, *args: Any, schema: StructType, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.schema = schema
+
+    def _send(
+        self,
+        txn: TaskTransaction,
+        files: FileSet | None,
+        rows: Iterator[Any],
+        batch_id: int,
+    ) -> None:
+        batches: Iterator[pa.RecordBatch] = rows
+        to_rows = row_converter(self.schema) if files is not None else None
+        first = True
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            if self.columns is not None:
+                send_batch(txn, record_columns(batch, self.columns), self.options.topic)
+            if files is not None and to_rows is not None:
+                for row in to_rows(batch):
+                    files.add(row)
+            if first:
+                failpoints.fire("task.after_produce", batch_id)
+                first = False
+
+
+if ArrowStreamWriterBase is not None:
+    ArrowStreamWriterBase.register(KafkaTxnStreamArrowWriter)
+
+
+def stream_writer_class() -> type[KafkaTxnStreamWriter]:
+    """The Arrow writer where PySpark offers it (4.1+), else the row writer.
+
+    KTS_ARROW_WRITER=0 in the driver's environment forces the row writer (for comparisons).
+    """
+    if ARROW_WRITER_AVAILABLE and os.environ.get("KTS_ARROW_WRITER") != "0":
+        return KafkaTxnStreamArrowWriter
+    return KafkaTxnStreamWriter
+
+
 @contextmanager
 def driver_session(options: SinkOptions) -> Iterator[tuple[CommitLog, Coordinator, Settler]]:
-    """The clients one driver step needs, closed afterwards."""
-    commit_log = open_commit_log(options.commit_log, options.s3, options.commit_log_format)
-    coordinator = Coordinator(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
+    """The clients one driver step needs.
+
+    They are shared by every step of this process (Spark reuses its planner and commit-worker
+    Python processes from batch to batch), and dropped when a step fails, so the next step
+    starts from fresh connections.
+    """
+    commit_log = driver_commit_log(options)
+    coordinator = shared_coordinator(
+        options.bootstrap_servers, options.kafka, options.commit_timeout_ms
+    )
+    cluster = shared_cluster(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
     try:
-        cluster = Cluster(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
-        settler = Settler.for_options(options, commit_log, coordinator, cluster)
-        yield commit_log, coordinator, settler
-    finally:
-        coordinator.close()
+        yield (
+            commit_log,
+            coordinator,
+            Settler.for_options(options, commit_log, coordinator, cluster),
+        )
+    except BaseException:
+        discard_coordinator(coordinator)
+        discard_cluster(cluster)
+        _forget_commit_log(options)
+        raise
+
+
+# -- per-process state of the driver -----------------------------------------------------------
+
+_LOGS: dict[tuple[Any, ...], CommitLog] = {}
+_SCHEDULES: dict[tuple[str, str], CleanupSchedule] = {}
+_STATE_LOCK = threading.Lock()
+
+
+def _log_key(options: SinkOptions) -> tuple[Any, ...]:
+    return (os.getpid(), options.commit_log, options.s3, options.commit_log_format)
+
+
+def driver_commit_log(options: SinkOptions) -> CommitLog:
+    """The commit log object of this sink, kept for the life of the process.
+
+    Safe to keep: a JSON log holds nothing but its storage client, and a Delta log follows its
+    table's new versions on every read.
+    """
+    key = _log_key(options)
+    with _STATE_LOCK:
+        found = _LOGS.get(key)
+    if found is None:
+        opened = open_commit_log(options.commit_log, options.s3, options.commit_log_format)
+        with _STATE_LOCK:
+            found = _LOGS.setdefault(key, opened)
+    return found
+
+
+def _forget_commit_log(options: SinkOptions) -> None:
+    with _STATE_LOCK:
+        _LOGS.pop(_log_key(options), None)
+
+
+def cleanup_schedule(options: SinkOptions) -> CleanupSchedule:
+    """When this process next runs the full clean-up of this sink (see CleanupSchedule)."""
+    key = (options.sink_id, options.commit_log)
+    with _STATE_LOCK:
+        found = _SCHEDULES.get(key)
+        if found is None or found.pid != os.getpid():
+            found = _SCHEDULES[key] = CleanupSchedule()
+        return found

@@ -1,0 +1,165 @@
+"""The driver's commit overhead per batch, on a real broker with the local JSON commit log.
+
+    .venv/bin/python benchmarks/commit_overhead.py                    # 8, 32 and 128 tasks
+    .venv/bin/python benchmarks/commit_overhead.py --tasks 32 --rounds 50
+
+Per round, N task transactions are prepared exactly as tasks prepare them
+(`kafka_txn_sink.producer.TaskTransaction`: init, one record, flush, triple read from the
+statistics, dropped without closing), their `TaskCommit` messages are built, and then what
+Spark's commit worker does for a batch is timed in this one process, as in Spark's reused commit
+worker: `streamWriter()` (options, cluster facts, claim and roll forward of the log), then
+`commit()` (query id, prepare check, decision, EndTxn for every participant, completion,
+clean-up). Prints p50 and p99 of `commit()` alone and of both together; the first round of each
+size (cold clients) is reported apart and left out of the percentiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "ci"))
+sys.path.insert(0, str(ROOT))
+
+import testbed  # noqa: E402
+from pyspark.sql.types import BinaryType, StructField, StructType  # noqa: E402
+
+from kafka_txn_sink.producer import TaskTransaction, producer_config  # noqa: E402
+from kafka_txn_sink.records import TaskCommit  # noqa: E402
+from kafka_txn_sink.source import KafkaTxnDataSource  # noqa: E402
+from tests.e2e.harness import create_topics  # noqa: E402
+
+SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+QUERY_ID = "bench-query"
+DEFAULT_ROUNDS = {8: 40, 32: 30, 128: 12}
+
+
+def prepare_tasks(
+    bootstrap: str, topic: str, sink_id: str, batch_id: int, tasks: int, pool: ThreadPoolExecutor
+) -> list[TaskCommit]:
+    def one(partition: int) -> TaskCommit:
+        config = producer_config(bootstrap, {}, f"{sink_id}-{partition}", 120_000)
+        txn = TaskTransaction(config, timeout_s=30)
+        txn.init()
+        txn.send(topic, value=b"v" * 100, key=str(partition).encode())
+        prepared = txn.prepare()
+        txn.detach()
+        assert prepared is not None
+        return TaskCommit(
+            QUERY_ID,
+            batch_id,
+            partition,
+            0,
+            "prepared",
+            rows=prepared.rows,
+            transactional_id=prepared.triple.transactional_id,
+            producer_id=prepared.triple.producer_id,
+            producer_epoch=prepared.triple.producer_epoch,
+            offsets=prepared.offsets,
+            prepared_at_ms=prepared.prepared_at_ms,
+        )
+
+    return list(pool.map(one, range(tasks)))
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def measure(bootstrap: str, work: Path, tasks: int, rounds: int) -> dict[str, Any]:
+    name = uuid.uuid4().hex[:8]
+    topic = f"commit_bench_{name}"
+    create_topics(bootstrap, 8, topic)
+    sink_id = f"commit_bench_{tasks}_{name}"
+    source = KafkaTxnDataSource(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "topic": topic,
+            "sinkId": sink_id,
+            "commitLog": str(work / f"log_{tasks}_{name}"),
+            "transactionTimeoutMs": "120000",
+        }
+    )
+    commit_ms: list[float] = []
+    both_ms: list[float] = []
+    cold: tuple[float, float] | None = None
+    source.streamWriter(SCHEMA, False)  # the query's start: claims the new log
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        for batch_id in range(rounds + 1):
+            messages = prepare_tasks(bootstrap, topic, sink_id, batch_id, tasks, pool)
+            started = time.perf_counter()
+            writer = source.streamWriter(SCHEMA, False)
+            planned = time.perf_counter()
+            writer.commit(list(messages), batch_id)
+            done = time.perf_counter()
+            if cold is None:
+                cold = ((done - planned) * 1000, (done - started) * 1000)
+                continue
+            commit_ms.append((done - planned) * 1000)
+            both_ms.append((done - started) * 1000)
+    assert cold is not None
+    return {
+        "tasks": tasks,
+        "rounds": rounds,
+        "commit_p50": statistics.median(commit_ms),
+        "commit_p99": percentile(commit_ms, 0.99),
+        "both_p50": statistics.median(both_ms),
+        "both_p99": percentile(both_ms, 0.99),
+        "cold_commit": cold[0],
+        "cold_both": cold[1],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, nargs="*", default=[8, 32, 128])
+    parser.add_argument("--rounds", type=int, default=0, help="per size; 0: 40, 30, 12")
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        broker = None
+        bootstrap = os.environ.get("KTS_KAFKA_BOOTSTRAP")
+        if not bootstrap:
+            broker = testbed.KafkaBroker(work / "broker")
+            bootstrap = broker.start()
+        try:
+            results = [
+                measure(bootstrap, work, n, options.rounds or DEFAULT_ROUNDS.get(n, 20))
+                for n in options.tasks
+            ]
+        finally:
+            if broker is not None:
+                broker.stop()
+    print(report(results))
+    return 0
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "driver commit overhead per batch, local JSON commit log (ms; first round apart)",
+        "| tasks | rounds | commit() p50 | commit() p99 | streamWriter()+commit() p50 | p99 "
+        "| first round commit() / both |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['tasks']} | {r['rounds']} | {r['commit_p50']:.1f} | {r['commit_p99']:.1f} "
+            f"| {r['both_p50']:.1f} | {r['both_p99']:.1f} "
+            f"| {r['cold_commit']:.0f} / {r['cold_both']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

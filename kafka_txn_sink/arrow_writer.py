@@ -1,0 +1,162 @@
+"""The Arrow write path: tasks take Spark's Arrow record batches as they come (PySpark 4.1+).
+
+Spark hands every Python data source writer Arrow record batches; for a row writer PySpark turns
+each batch into one `Row` per row first (a Python call per cell, then one per row: about 2 us a
+row, measured). `DataSourceStreamArrowWriter` (PySpark 4.1+) skips that: here records mode
+takes whole columns out of each batch and produces from them.
+
+What is and is not avoidable with confluent-kafka: `produce()` takes one Python `bytes` (or
+`str`) per key and per value, so one Python object per used cell remains; string columns are
+reinterpreted as binary (`Array.view`, no copy, no decoding), and each column is converted in one
+`to_pylist()` call in C. Avoided: the `Row` per row, the per-cell converters, the per-row type
+checks and column lookups. Files mode writes Avro with fastavro, which wants one Python value per
+field, so it converts each batch to rows with PySpark's own converters (the values a row writer
+would see), column by column.
+
+On PySpark 4.0 the import fails and `streamWriter()` uses the row writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyspark.sql.datasource as _datasource
+
+from kafka_txn_sink.columns import Columns
+from kafka_txn_sink.errors import InputError
+
+# PySpark 4.1+ has it; on 4.0 this is None and the row writer is used.
+ArrowStreamWriterBase: Any = getattr(_datasource, "DataSourceStreamArrowWriter", None)
+ARROW_WRITER_AVAILABLE = ArrowStreamWriterBase is not None
+
+
+Headers = list[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True)
+class RecordColumns:
+    """One batch's records, column by column (None: the column is absent)."""
+
+    values: list[bytes | None]
+    keys: list[bytes | None] | None
+    topics: list[str | None] | None
+    partitions: list[int | None] | None
+    headers: list[Headers | None] | None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @property
+    def simple(self) -> bool:
+        """Only keys and values: every record goes to the default topic, partitioner's choice."""
+        return self.topics is None and self.partitions is None and self.headers is None
+
+
+def record_columns(batch: pa.RecordBatch, columns: Columns) -> RecordColumns:
+    """The used columns of `batch` (positions as in `columns`) as Python lists.
+
+    Raises:
+        InputError: a column has a type the sink cannot write.
+    """
+    return RecordColumns(
+        values=bytes_list(batch.column(columns.value), "value"),
+        keys=bytes_list(batch.column(columns.key), "key") if columns.key is not None else None,
+        topics=_topics(batch.column(columns.topic)) if columns.topic is not None else None,
+        partitions=(
+            _partitions(batch.column(columns.partition)) if columns.partition is not None else None
+        ),
+        headers=_headers(batch.column(columns.headers)) if columns.headers is not None else None,
+    )
+
+
+def bytes_list(array: pa.Array, column: str) -> list[bytes | None]:
+    """A binary or string column as `bytes` (None for null), without decoding strings."""
+    kind = array.type
+    if pa.types.is_string(kind):
+        array = array.view(pa.binary())
+    elif pa.types.is_large_string(kind):
+        array = array.view(pa.large_binary())
+    elif not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+        raise InputError(f"column {column} holds {kind}, not string or binary")
+    values: list[bytes | None] = array.to_pylist()
+    return values
+
+
+def send_batch(txn: Any, records: RecordColumns, default_topic: str | None) -> None:
+    """Produce every record of one batch in `txn` (a `producer.TaskTransaction`).
+
+    Raises:
+        InputError: a record has no topic (null `topic` column and no `topic` option).
+    """
+    if records.simple and default_topic is not None:
+        txn.send_many(default_topic, records.values, records.keys)
+        return
+    for index, value in enumerate(records.values):
+        topic = (records.topics[index] if records.topics is not None else None) or default_topic
+        if topic is None:
+            raise InputError("column topic is null and there is no topic option")
+        txn.send(
+            topic,
+            value=value,
+            key=records.keys[index] if records.keys is not None else None,
+            partition=records.partitions[index] if records.partitions is not None else None,
+            headers=records.headers[index] if records.headers is not None else None,
+        )
+
+
+def row_converter(schema: Any) -> Callable[[pa.RecordBatch], Iterator[tuple[Any, ...]]]:
+    """Rows of a batch as tuples of the Python values a row writer gets for `schema`
+    (PySpark's own converters: timestamps, decimals, maps, structs as for `Row`s)."""
+    from pyspark.sql.conversion import ArrowTableToRowsConversion
+
+    create: Any = ArrowTableToRowsConversion._create_converter
+    converters: list[Callable[[Any], Any] | None] = []
+    for field in schema.fields:
+        try:
+            converter = create(field.dataType, none_on_identity=True)
+        except TypeError:  # a PySpark without the keyword
+            converter = create(field.dataType)
+        converters.append(converter)
+
+    def rows(batch: pa.RecordBatch) -> Iterator[tuple[Any, ...]]:
+        columns: list[Sequence[Any]] = []
+        for array, convert in zip(batch.columns, converters, strict=True):
+            values = array.to_pylist()
+            columns.append(values if convert is None else [convert(v) for v in values])
+        return zip(*columns, strict=True)
+
+    return rows
+
+
+def _topics(array: pa.Array) -> list[str | None]:
+    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+        raise InputError(f"column topic holds {array.type}, not string")
+    topics: list[str | None] = array.to_pylist()
+    return topics
+
+
+def _partitions(array: pa.Array) -> list[int | None]:
+    if not pa.types.is_integer(array.type):
+        raise InputError(f"column partition holds {array.type}, not int")
+    partitions: list[int | None] = array.to_pylist()
+    return partitions
+
+
+def _headers(array: pa.Array) -> list[Headers | None]:
+    result: list[Headers | None] = []
+    for items in array.to_pylist():
+        if not items:
+            result.append(None)
+            continue
+        headers: Headers = []
+        for item in items:
+            key = item.get("key") if item is not None else None
+            if key is None:
+                raise InputError("column headers holds a header without a key")
+            value = item.get("value")
+            headers.append((key, value.encode() if isinstance(value, str) else value))
+        result.append(headers)
+    return result

@@ -1,0 +1,188 @@
+"""The Arrow write path's conversion, on whatever PySpark runs the tests (4.0 has no Arrow stream
+writer, so the batches are built with pyarrow directly, as Spark 4.1 would hand them over)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.conversion import ArrowTableToRowsConversion
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DecimalType,
+    IntegerType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from kafka_txn_sink.arrow_writer import bytes_list, record_columns, row_converter, send_batch
+from kafka_txn_sink.columns import plan_columns
+from kafka_txn_sink.errors import InputError
+from kafka_txn_sink.options import parse_options
+from kafka_txn_sink.writer import KafkaTxnStreamArrowWriter
+
+HEADERS = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
+
+
+@dataclass
+class FakeTxn:
+    sent: list[tuple[str, bytes | None, bytes | None, int | None, Any]] = field(
+        default_factory=list
+    )
+    bulk_calls: int = 0
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Any = None,
+    ) -> None:
+        self.sent.append((topic, value, key, partition, headers))
+
+    def send_many(self, topic: str, values: list[Any], keys: list[Any] | None) -> None:
+        self.bulk_calls += 1
+        for index, value in enumerate(values):
+            self.send(topic, value, keys[index] if keys is not None else None)
+
+
+def test_string_and_binary_columns_become_bytes_without_decoding() -> None:
+    assert bytes_list(pa.array(["a", None, "ü"]), "value") == [b"a", None, "ü".encode()]
+    assert bytes_list(pa.array([b"\x00\xff", None], pa.binary()), "value") == [b"\x00\xff", None]
+    assert bytes_list(pa.array(["x"], pa.large_string()), "key") == [b"x"]
+    assert bytes_list(pa.array([b"y"], pa.large_binary()), "key") == [b"y"]
+    with pytest.raises(InputError, match="column value holds int64"):
+        bytes_list(pa.array([1]), "value")
+
+
+def test_key_value_batch_goes_through_the_bulk_path() -> None:
+    schema = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    batch = pa.record_batch(
+        [pa.array(["k1", None, "k3"]), pa.array([b"v1", b"v2", None], pa.binary())],
+        names=["key", "value"],
+    )
+    txn = FakeTxn()
+
+    send_batch(txn, record_columns(batch, plan_columns(schema, "out")), "out")
+
+    assert txn.bulk_calls == 1
+    assert txn.sent == [
+        ("out", b"v1", b"k1", None, None),
+        ("out", b"v2", None, None, None),
+        ("out", None, b"k3", None, None),  # a null value is a tombstone, as in Spark's sink
+    ]
+
+
+def test_topic_partition_and_headers_columns_are_used_per_record() -> None:
+    schema = StructType(
+        [
+            StructField("value", StringType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("headers", HEADERS),
+            StructField("ignored", IntegerType()),
+        ]
+    )
+    headers_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    batch = pa.record_batch(
+        [
+            pa.array(["a", "b"]),
+            pa.array(["t1", None]),
+            pa.array([2, None], pa.int32()),
+            pa.array([[{"key": "h", "value": b"1"}], None], headers_type),
+            pa.array([7, 8], pa.int32()),
+        ],
+        names=["value", "topic", "partition", "headers", "ignored"],
+    )
+    txn = FakeTxn()
+
+    send_batch(txn, record_columns(batch, plan_columns(schema, "fallback")), "fallback")
+
+    assert txn.bulk_calls == 0
+    assert txn.sent == [
+        ("t1", b"a", None, 2, [("h", b"1")]),
+        ("fallback", b"b", None, None, None),
+    ]
+
+
+def test_a_null_topic_without_a_topic_option_is_an_input_error() -> None:
+    schema = StructType([StructField("value", StringType()), StructField("topic", StringType())])
+    batch = pa.record_batch([pa.array(["a"]), pa.array([None], pa.string())], ["value", "topic"])
+
+    with pytest.raises(InputError, match="column topic is null"):
+        send_batch(FakeTxn(), record_columns(batch, plan_columns(schema, None)), None)
+
+
+def test_a_header_without_a_key_is_an_input_error() -> None:
+    schema = StructType([StructField("value", StringType()), StructField("headers", HEADERS)])
+    headers_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    batch = pa.record_batch(
+        [pa.array(["a"]), pa.array([[{"key": None, "value": b"1"}]], headers_type)],
+        ["value", "headers"],
+    )
+
+    with pytest.raises(InputError, match="header without a key"):
+        record_columns(batch, plan_columns(schema, "out"))
+
+
+def test_files_mode_rows_equal_what_the_row_writer_gets() -> None:
+    schema = StructType(
+        [
+            StructField("ts", TimestampType()),
+            StructField("amount", DecimalType(10, 2)),
+            StructField("tags", MapType(StringType(), IntegerType())),
+            StructField("inner", StructType([StructField("a", StringType())])),
+            StructField("name", StringType()),
+        ]
+    )
+    batch = pa.record_batch(
+        [
+            pa.array([dt.datetime(2026, 11, 21, 5, 6, 7, tzinfo=dt.timezone.utc), None]),
+            pa.array([Decimal("1.25"), None], pa.decimal128(10, 2)),
+            pa.array([[("x", 1)], None], pa.map_(pa.string(), pa.int32())),
+            pa.array([{"a": "b"}, None], pa.struct([("a", pa.string())])),
+            pa.array(["n1", None]),
+        ],
+        names=["ts", "amount", "tags", "inner", "name"],
+    )
+    # What PySpark's row writer path builds from the same batch (write_into_data_source.py).
+    converters = [ArrowTableToRowsConversion._create_converter(f.dataType) for f in schema.fields]
+    columns = [c.to_pylist() for c in batch.columns]
+    expected = [
+        tuple(converters[c](columns[c][r]) for c in range(batch.num_columns))
+        for r in range(batch.num_rows)
+    ]
+
+    assert list(row_converter(schema)(batch)) == expected
+
+
+def test_the_arrow_writer_sends_each_batch_and_skips_empty_ones() -> None:
+    options = parse_options(
+        {"kafka.bootstrap.servers": "h:1", "sinkId": "s", "commitLog": "/tmp/l", "topic": "out"}
+    ).with_transaction_timeout(60_000)
+    schema = StructType([StructField("value", StringType())])
+    writer = KafkaTxnStreamArrowWriter(
+        options, plan_columns(schema, "out"), None, None, None, schema=schema
+    )
+    batches = [
+        pa.record_batch([pa.array(["a", "b"])], ["value"]),
+        pa.record_batch([pa.array([], pa.string())], ["value"]),
+        pa.record_batch([pa.array(["c"])], ["value"]),
+    ]
+    txn = FakeTxn()
+
+    writer._send(txn, None, iter(batches), batch_id=0)  # type: ignore[arg-type]
+
+    assert [s[1] for s in txn.sent] == [b"a", b"b", b"c"]
+    assert txn.bulk_calls == 2
