@@ -5,8 +5,10 @@ returns travels to the tasks, where a `FileSet` routes each row to the open file
 directory, rolls files at a record or byte limit, and keeps at most `max_open_files` open,
 closing the least recently used one when a new directory needs a file (a later row of that
 directory starts another file). So memory and file handles stay bounded however many distinct
-keys (`user`) a task sees; the price is more, smaller files when rows of many keys interleave,
-which `df.sortWithinPartitions(<partition columns>)` before the sink avoids.
+keys (`user`) a task sees; the price is more, smaller files when rows of many keys interleave.
+Spark refuses to sort a streaming DataFrame (`sortWithinPartitions` too), so a larger
+`max_open_files`, or `repartition(n, <partition columns>)` giving each task fewer keys, is the
+remedy.
 
 Two modes:
 

@@ -108,7 +108,8 @@ def parse_files_options(options: Mapping[str, str]) -> FilesOptions | None:
         time_pattern=options.get("timepartitionpattern") or None,
         time_zone=options.get("timepartitiontimezone") or "UTC",
         payload_column=options.get("payloadcolumn") or None,
-        codec=options.get("avrocodec") or "null",
+        # As the plan checks it and the file's header names it: references carry this spelling.
+        codec=(options.get("avrocodec") or "null").strip().lower(),
         max_records_per_file=_number(options, "maxrecordsperfile", "maxRecordsPerFile", 0),
         max_bytes_per_file=_number(
             options, "maxbytesperfile", "maxBytesPerFile", avro_files.DEFAULT_MAX_BYTES

@@ -1,7 +1,8 @@
 """Files mode on the S3 server through real Spark: every input row in exactly one referenced
-object, each object referenced once; and bad input (a missing partition column, a time column of
+object, each object referenced once; bad input (a missing partition column, a time column of
 the wrong type, a bucket that does not exist) fails the query with a clear error and references
-nothing."""
+nothing; and an S3 server that stops answering in the middle of a batch fails that batch with a
+clear error, references nothing, and a restart after it is back writes every row exactly once."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 
 from kafka_txn_sink.files_mode import parse_reference
 from kafka_txn_sink.verify import compare_ids, read_topic
-from tests.e2e.harness import Pipeline, open_transactions, produce_events
+from tests.conftest import S3
+from tests.e2e.harness import Pipeline, finish, open_transactions, produce_events
 from tests.e2e.test_files_mode import files_pipeline, logged_files
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
@@ -97,3 +99,65 @@ def test_bad_input_fails_clearly_and_references_nothing(
     assert all(word in error for word in expected), error[:3000]
     assert references(s3_pipeline) == []
     assert open_transactions(s3_pipeline.bootstrap, s3_pipeline.sink_id) == []
+
+
+# -- the S3 server stops answering in the middle of a batch ----------------------------------
+
+
+def bucket_objects(client: Any, root: str) -> list[str]:
+    """Every object under `root` (an s3:// prefix), as s3:// locations."""
+    parsed = urlparse(root)
+    bucket, prefix = parsed.netloc, parsed.path.strip("/") + "/"
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+    return sorted(f"s3://{bucket}/{key}" for key in keys)
+
+
+def test_s3_paused_mid_batch_fails_it_clearly_and_a_restart_writes_exactly_once(
+    s3_pipeline: Pipeline, s3_server: S3, s3_client: Any
+) -> None:
+    # One file per row, so each task uploads its first file before the failpoint after its
+    # first row; S3 timeouts of 1 s per call (commitLogTimeoutMs / 3 attempts / 2).
+    s3_pipeline.options.update({"maxRecordsPerFile": "1", "commitLogTimeoutMs": "6000"})
+    s3_pipeline.max_offsets = 10_000  # one batch
+    ids = produce_events(s3_pipeline.bootstrap, s3_pipeline.input, 40, users=2)
+    bucket = urlparse(s3_pipeline.options["path"]).netloc
+
+    # Two attempts per task: Spark's retry fails too while the server is paused.
+    process = s3_pipeline.start("task.after_produce=block@0", master="local[2,2]")
+    s3_pipeline.wait_reached("task.after_produce", process)
+    s3_server.pause()
+    try:
+        s3_pipeline.release("task.after_produce")
+        outcome = finish(process, timeout_s=180)
+    finally:
+        s3_server.resume()
+
+    assert outcome.returncode == FAILED, outcome.error
+    error = str(outcome.result.get("error", ""))
+    endpoint = s3_pipeline.options["s3.endpoint"]
+    expected = (
+        "failed 2 times",  # Spark's words: the retry failed too
+        f"cannot upload s3://{bucket}/data/",
+        f"S3 endpoint {endpoint} failed",
+    )
+    for fragment in expected:
+        assert fragment in error, f"{fragment!r} not in the query's error:\n{error[:3000]}"
+    assert references(s3_pipeline) == [], "nothing of the failed batch is referenced"
+    assert s3_pipeline.open_log().decided_batches() == []
+    assert open_transactions(s3_pipeline.bootstrap, s3_pipeline.sink_id) == []
+    assert bucket_objects(s3_client, s3_pipeline.options["path"]), "uploads began before the pause"
+
+    restarted = s3_pipeline.run()
+
+    assert restarted.returncode == 0, restarted.error
+    refs = references(s3_pipeline)
+    named = Counter(ref.location for ref in refs)
+    assert set(named.values()) == {1}, "an object is referenced more than once"
+    seen = [r["id"] for ref in refs for r in read_object(s3_client, ref.location)]
+    report = compare_ids(ids, seen)
+    assert report.exact, report.summary()
+    assert logged_files(s3_pipeline) == sorted(named)
+    assert open_transactions(s3_pipeline.bootstrap, s3_pipeline.sink_id) == []
+    stored = bucket_objects(s3_client, s3_pipeline.options["path"])
+    assert set(named) < set(stored), "the failed attempts' objects stay, unreferenced"
