@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.files_mode import parse_files_options
 from kafka_txn_sink.options import parse_options
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "sinkId": "orders", "commitLog": "/tmp/log"}
@@ -128,3 +129,10 @@ def test_s3_deadlines_fit_in_the_commit_log_timeout() -> None:
     worst_s = options.s3.max_attempts * (options.s3.connect_timeout_s + options.s3.read_timeout_s)
     assert worst_s <= options.commit_log_timeout_ms / 1000
     assert options.s3.use_path_style
+
+
+def test_the_avro_codec_is_spelled_as_file_headers_spell_it() -> None:
+    files = parse_files_options(
+        {"path": "/tmp/f", "referencestopic": "refs", "avrocodec": " Snappy"}
+    )
+    assert files is not None and files.codec == "snappy"
