@@ -1,0 +1,1 @@
+"""The randomized crash suite: one streaming query, many faults, one oracle (see suite.py)."""

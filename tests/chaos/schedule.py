@@ -1,0 +1,115 @@
+"""The seeded fault schedule: which fault each trial injects, and where.
+
+A trial restarts the query with one failpoint armed for a fresh batch (`point=block@batch`);
+when the query reaches it, the fault strikes:
+
+- `kill`: SIGKILL of the whole query (driver, JVM, Python workers). Its points are drawn
+  evenly over every failpoint of the protocol (`failpoints.ALL_POINTS`): the points are dealt
+  from a shuffled deck, so over n kills each of the k points is hit n/k times, give or take
+  one. The republish points are reached only after the broker aborted a decided batch, so
+  those trials first hold the batch after its decision, with a short transaction timeout,
+  until the coordinator has aborted it: its records are then lost by design (the sink
+  reports them; the bound of the README) and its file references are republished.
+- `worker`: SIGKILL of the Python worker that runs the held task; Spark retries the task.
+- `s3`: the S3 server is frozen (SIGSTOP) for `pause_s` seconds while the query goes on, so
+  uploads or commit-log writes time out and are retried or fail.
+- `broker`: the Kafka broker is killed and restarted while the query is held; once per run.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kafka_txn_sink.failpoints import ALL_POINTS, DRIVER_POINTS, REPUBLISH_POINTS, TASK_POINTS
+
+KINDS = ("kill", "worker", "s3", "broker")
+# Where the S3 server is frozen: during a task's uploads, the decision, the completion marker.
+S3_POINTS = ("task.after_produce", "driver.before_decision", "driver.after_decision")
+# Where the query is held while the broker restarts: prepared, decided, half committed.
+BROKER_POINTS = (
+    "driver.before_prepare_check",
+    "driver.after_decision",
+    "driver.after_first_endtxn",
+)
+WEIGHTS = {"kill": 0.7, "worker": 0.15, "s3": 0.15}
+NEW_IDS = (60, 160)  # ids produced before each trial, bounds included
+PAUSE_S = (2.0, 9.0)
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    point: str
+    new_ids: int
+    pause_s: float = 0.0
+
+    def label(self) -> str:
+        pause = f" {self.pause_s:.1f}s" if self.kind == "s3" else ""
+        return f"{self.kind}@{self.point}{pause}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_schedule(seed: int, trials: int, *, broker: bool = True, s3: bool = True) -> list[Fault]:
+    """The faults of `trials` trials; the same for the same arguments, whatever the slices."""
+    rng = random.Random(seed)
+    broker_at = rng.randrange(trials) if broker and trials else -1
+    weights = {k: w for k, w in WEIGHTS.items() if s3 or k != "s3"}
+    deck: list[str] = []
+    faults = []
+    for index in range(trials):
+        kind = "broker" if index == broker_at else _draw(rng, weights)
+        faults.append(make_fault(rng, kind, deck))
+    return faults
+
+
+def short_schedule(seed: int, *, s3: bool = True) -> list[Fault]:
+    """The CI run: a driver-point kill, a task-point kill, a worker kill (and an S3 pause)."""
+    rng = random.Random(seed)
+    new_ids = rng.randint(*NEW_IDS)
+    faults = [
+        Fault("kill", rng.choice(DRIVER_POINTS), new_ids),
+        Fault("kill", rng.choice(TASK_POINTS), new_ids),
+        Fault("worker", rng.choice(TASK_POINTS), new_ids),
+    ]
+    if s3:
+        faults.append(Fault("s3", rng.choice(S3_POINTS), new_ids, round(rng.uniform(*PAUSE_S), 1)))
+    rng.shuffle(faults)
+    return faults
+
+
+def make_fault(rng: random.Random, kind: str, deck: list[str]) -> Fault:
+    new_ids = rng.randint(*NEW_IDS)
+    if kind == "kill":
+        if not deck:
+            deck.extend(rng.sample(ALL_POINTS, len(ALL_POINTS)))
+        return Fault(kind, deck.pop(), new_ids)
+    if kind == "worker":
+        return Fault(kind, rng.choice(TASK_POINTS), new_ids)
+    if kind == "s3":
+        return Fault(kind, rng.choice(S3_POINTS), new_ids, round(rng.uniform(*PAUSE_S), 1))
+    if kind == "broker":
+        return Fault(kind, rng.choice(BROKER_POINTS), new_ids)
+    raise ValueError(f"unknown fault kind {kind!r}")
+
+
+HELD_FOR_TIMEOUT = "driver.after_decision"
+
+
+def beyond_the_bound(fault: Fault) -> bool:
+    """The trial lets the broker abort a decided batch (to reach a republish point)."""
+    return fault.point in REPUBLISH_POINTS
+
+
+def failpoint_spec(fault: Fault, batch: int) -> str:
+    """Hold the query at the fault's point in batch `batch` (a point that fires without a
+    batch id: the first time it fires); first after the decision, when beyond the bound."""
+    spec = f"{fault.point}=block@{batch}"
+    return f"{HELD_FOR_TIMEOUT}=block@{batch};{spec}" if beyond_the_bound(fault) else spec
+
+
+def _draw(rng: random.Random, weights: dict[str, float]) -> str:
+    return rng.choices(list(weights), weights=list(weights.values()))[0]
