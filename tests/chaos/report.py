@@ -106,6 +106,11 @@ def summary_table(outcome: Outcome) -> Table:
         estimate = statistics.mean(seconds) * len(outcome.schedule) / 60
         table.add_row(f"estimate for {len(outcome.schedule)} trials", f"{estimate:.0f} min")
     table.add_row("final drain", ", ".join(outcome.drain["runs"]))
+    verified = outcome.verified
+    table.add_row(
+        "kafka-txn-sink verify",
+        f"exit {verified.get('exit')}, anomalies {verified.get('anomalies') or 'none'}",
+    )
     table.add_row("this run took", f"{outcome.seconds / 60:.1f} min")
     verdict = "[green]exactly once[/green]" if outcome.ok else "[red]NOT OK[/red]"
     table.add_row("verdict", verdict)

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -159,6 +160,8 @@ class Outcome:
     drain: dict[str, Any]
     report: OracleReport
     seconds: float
+    # `kafka-txn-sink verify` on the same sink: exit code and the kinds of anomaly it found.
+    verified: dict[str, Any] = field(default_factory=dict)
 
     @property
     def faults_struck(self) -> bool:
@@ -193,11 +196,16 @@ def run_suite(
                 ran.append(run_and_record(context, index, schedule[index]))
         drained = drain(context)
         report = oracle(bed, sink, held_batches(state.results))
-        state.body["checks"].append({"at": time.time(), "drain": drained, **report.counts()})
+        verified = verify_command(bed, sink)
+        state.body["checks"].append(
+            {"at": time.time(), "drain": drained, **report.counts(), "verify": verified}
+        )
         state.save()
     finally:
         stop_everything(context)
-    return Outcome(seed, schedule, ran, state.results, drained, report, time.monotonic() - started)
+    return Outcome(
+        seed, schedule, ran, state.results, drained, report, time.monotonic() - started, verified
+    )
 
 
 def prepare(context: Context) -> None:
@@ -488,6 +496,26 @@ def oracle(bed: Bed, sink: Sink, beyond_bound: Collection[int] = ()) -> OracleRe
         decided_batches=len(decided),
         orphan_files=len(list_files(bed, sink) - logged),
     )
+
+
+def verify_command(bed: Bed, sink: Sink) -> dict[str, Any]:
+    """The product's own check, run as a user runs it: exit 0 when exact, 1 on any anomaly.
+
+    Records lost beyond the bound on purpose (held trials) make it exit 1 as well: it reports
+    every lost id; the suite's oracle is the one that excuses them."""
+    command = [sys.executable, "-m", "kafka_txn_sink", "--json", "verify"]
+    command += ["--bootstrap", bed.bootstrap, "--input-topic", sink.input]
+    command += ["--checkpoint", str(sink.checkpoint), "--output-topic", sink.output]
+    command += ["--log", sink.commit_log, "--references-topic", sink.references]
+    command += ["--path", sink.files, "--s3-endpoint", bed.endpoint, "--s3-region", "us-east-1"]
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+    try:
+        body = json.loads(done.stdout)
+    except ValueError:
+        body = {}
+    found = {kind: n for kind, n in body.get("anomalies", {}).items() if n}
+    return {"exit": done.returncode, "anomalies": found, "error": done.stderr[-2000:]}
 
 
 def reported_losses(commit_log: CommitLog, decided: dict[int, Any]) -> dict[int, list[Any]]:

@@ -49,3 +49,4 @@ def test_short_crash_suite_is_exactly_once(
     assert report.records.seen == report.files.seen == report.input_ids
     anomalies = {name: items[:5] for name, items in report.anomalies().items() if items}
     assert anomalies == {}, anomalies
+    assert outcome.verified["exit"] == 0, outcome.verified
