@@ -16,6 +16,8 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
@@ -146,6 +148,26 @@ class Pipeline:
         if not path.exists():
             return []
         return [json.loads(line)["batch"] for line in path.read_text().splitlines() if line]
+
+
+def stop_spark(session: SparkSession) -> None:
+    """Stop the session and its JVM. Spark's Python workers inherit the environment of the JVM,
+    fixed when it started; so a later module's session (with failpoints in its environment,
+    say) must start a JVM of its own."""
+    session.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    gateway.shutdown()
+    process = getattr(gateway, "proc", None)
+    if process is not None:
+        process.stdin.close()  # the JVM exits on EOF of its stdin
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:

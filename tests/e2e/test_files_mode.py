@@ -22,7 +22,14 @@ from pyspark.sql import functions as F
 from kafka_txn_sink.files_mode import parse_reference
 from kafka_txn_sink.records import FileRef
 from kafka_txn_sink.verify import compare_ids, read_topic
-from tests.e2e.harness import Pipeline, create_topics, kill_group, open_transactions, produce_events
+from tests.e2e.harness import (
+    Pipeline,
+    create_topics,
+    kill_group,
+    open_transactions,
+    produce_events,
+    stop_spark,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -190,7 +197,7 @@ def spark(spark_jars: list[str]) -> Iterator[SparkSession]:
     )
     session.sparkContext.setLogLevel("ERROR")
     yield session
-    session.stop()
+    stop_spark(session)
 
 
 def produce_round_trip_events(bootstrap: str, topic: str, count: int) -> list[str]:

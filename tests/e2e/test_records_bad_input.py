@@ -28,7 +28,13 @@ from pyspark.sql import DataFrame, SparkSession
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.verify import read_topic
-from tests.e2e.harness import committed_report, create_topics, open_transactions, produce_ids
+from tests.e2e.harness import (
+    committed_report,
+    create_topics,
+    open_transactions,
+    produce_ids,
+    stop_spark,
+)
 from tests.s3_proxy import HeaderDroppingProxy
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -67,7 +73,7 @@ def spark(spark_jars: list[str], signals: Path) -> Iterator[SparkSession]:
     )
     session.sparkContext.setLogLevel("OFF")
     yield session
-    session.stop()
+    stop_spark(session)
 
 
 @dataclass
