@@ -3,8 +3,6 @@ record is visible to read_committed consumers (the fate probe)."""
 
 from __future__ import annotations
 
-import atexit
-import os
 import threading
 import time
 import uuid
@@ -14,6 +12,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from kafka_txn_sink.client_cache import ClientCache
 from kafka_txn_sink.errors import KafkaUnavailableError
 
 MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
@@ -145,36 +144,23 @@ def _producer_only(name: str) -> bool:
 
 # -- one Cluster per connection settings and process ---------------------------------------------
 
-_SHARED: dict[tuple[Any, ...], Cluster] = {}
-_SHARED_LOCK = threading.Lock()
+
+def _keep_open(_: Cluster) -> None:
+    """librdkafka's admin client ends with its Python object."""
+
+
+_SHARED: ClientCache[Cluster] = ClientCache(Cluster, _keep_open)
 
 
 def shared_cluster(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> Cluster:
     """A Cluster kept for the life of this process, one per connection settings.
 
-    Spark reuses its planner and commit-worker Python processes from batch to batch, so the
-    admin client's connections and what it learnt (see FACTS_TTL_S) outlive one batch.
+    The admin client's connections and what it learnt (see FACTS_TTL_S) outlive one batch.
     librdkafka's admin client is thread-safe and reconnects by itself; `discard_cluster` drops
     one after a failure anyway, so the next step starts from a fresh client.
     """
-    key = (os.getpid(), bootstrap, tuple(sorted(kafka.items())), timeout_ms)
-    with _SHARED_LOCK:
-        found = _SHARED.get(key)
-        if found is None:
-            found = _SHARED[key] = Cluster(bootstrap, kafka, timeout_ms)
-        return found
+    return _SHARED.get(bootstrap, kafka, timeout_ms)
 
 
 def discard_cluster(cluster: Cluster) -> None:
-    with _SHARED_LOCK:
-        for key, value in list(_SHARED.items()):
-            if value is cluster:
-                del _SHARED[key]
-
-
-def _drop_all() -> None:
-    with _SHARED_LOCK:
-        _SHARED.clear()  # librdkafka's admin clients end with their Python objects
-
-
-atexit.register(_drop_all)
+    _SHARED.discard(cluster)

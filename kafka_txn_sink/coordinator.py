@@ -10,9 +10,7 @@ EndTxn is sent at version <= 3, the transaction protocol (TV1) librdkafka's task
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -28,6 +26,7 @@ from kafka.protocol.admin.transactions import (
 from kafka.protocol.metadata import CoordinatorType
 from kafka.protocol.producer import EndTxnRequest
 
+from kafka_txn_sink.client_cache import ClientCache
 from kafka_txn_sink.errors import KafkaUnavailableError
 from kafka_txn_sink.records import Triple
 
@@ -299,43 +298,21 @@ def _state_of(txn: Any) -> TxnState:
 
 # -- one Coordinator per connection settings and process -----------------------------------------
 
-_SHARED: dict[tuple[Any, ...], Coordinator] = {}
-_SHARED_LOCK = threading.Lock()
+_SHARED: ClientCache[Coordinator] = ClientCache(Coordinator, Coordinator.close)
 
 
 def shared_coordinator(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> Coordinator:
     """A Coordinator kept for the life of this process (closed at exit); do not close it.
 
-    Spark reuses its planner and commit-worker Python processes from batch to batch, so one
-    bootstrapped client with its connections and cached coordinators serves every batch.
+    One bootstrapped client with its connections and cached coordinators serves every batch.
     Call `discard_coordinator` after a failure: the next caller gets a fresh client.
 
     Raises:
         KafkaUnavailableError: a new client cannot reach the brokers.
     """
-    key = (os.getpid(), bootstrap, tuple(sorted(kafka.items())), timeout_ms)
-    with _SHARED_LOCK:
-        found = _SHARED.get(key)
-        if found is None:
-            found = _SHARED[key] = Coordinator(bootstrap, kafka, timeout_ms)
-        return found
+    return _SHARED.get(bootstrap, kafka, timeout_ms)
 
 
 def discard_coordinator(coordinator: Coordinator) -> None:
     """Forget a shared Coordinator and close it (if it is one; otherwise just close it)."""
-    with _SHARED_LOCK:
-        for key, value in list(_SHARED.items()):
-            if value is coordinator:
-                del _SHARED[key]
-    coordinator.close()
-
-
-def _close_all() -> None:
-    with _SHARED_LOCK:
-        shared = [c for k, c in _SHARED.items() if k[0] == os.getpid()]
-        _SHARED.clear()
-    for coordinator in shared:
-        coordinator.close()
-
-
-atexit.register(_close_all)
+    _SHARED.discard(coordinator)
