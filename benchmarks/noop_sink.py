@@ -2,10 +2,10 @@
 
     .venv/bin/python benchmarks/noop_sink.py [--python .venv-spark41/bin/python]
 
-`format("noop_python")` consumes its rows (or Arrow batches on PySpark 4.1+) and commits
-nothing; beside Spark's built-in `format("noop")` on the same input, its per-batch time is what
-Spark's Python data source machinery costs before any sink does work (planner call, Python task
-workers, commit worker). kafka_txn's fixed cost per batch is measured against it.
+`format("noop_python")` consumes its rows and commits nothing (`noop_arrow`: the same with Arrow
+batches, PySpark 4.1+); beside Spark's built-in `format("noop")` on the same input, its per-batch
+time is what Spark's Python data source machinery costs before any sink does work (planner call,
+Python task workers, commit worker). kafka_txn's fixed cost per batch is measured against it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import datasource
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +54,25 @@ class NoopSource(DataSource):
         return NoopWriter()
 
 
+# PySpark 4.1+: the same sink taking Arrow batches, the floor for kafka_txn's Arrow writer.
+ArrowWriterBase: Any = getattr(datasource, "DataSourceStreamArrowWriter", None)
+if ArrowWriterBase is not None:
+
+    class NoopArrowWriter(NoopWriter, ArrowWriterBase):
+        pass
+
+
+class NoopArrowSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "noop_arrow"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        if ArrowWriterBase is None:
+            raise RuntimeError("noop_arrow needs PySpark 4.1+ (DataSourceStreamArrowWriter)")
+        return NoopArrowWriter()
+
+
 def main() -> int:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     sys.path.insert(0, str(ROOT / "ci"))
@@ -78,9 +98,14 @@ def main() -> int:
     bench = t.Bench(bootstrap, "", work, options.per_batch, 2, {"x": (python, jars, env)})
     out = f"noop_out_{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, 2, out)
-    for label, fmt, opts in [
+    sinks: list[tuple[str, str, dict[str, str]]] = [
         ("noop (JVM)", "noop", {}),
         ("noop_python", "noop_python", {}),
+    ]
+    if python != sys.executable:  # the 4.1 venv: its Arrow floor too
+        sinks.append(("noop_arrow", "noop_arrow", {}))
+    for label, fmt, opts in [
+        *sinks,
         ("kafka (built-in)", "kafka", {"kafka.bootstrap.servers": bootstrap, "topic": out}),
         ("kafka_txn", "kafka_txn", {**bench.txn_options(uuid.uuid4().hex[:8]), "topic": out}),
     ]:

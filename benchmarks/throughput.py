@@ -15,6 +15,8 @@ Spark writer with the same `maxOffsetsPerTrigger`:
   (d) Spark's format("avro") file sink to a local directory (the same columns)
   (c3) kafka_txn files mode to the S3 server (moto, or KTS_S3_ENDPOINT)
   (e) a raw confluent-kafka produce loop of the same keys and values, no Spark
+  (f) the floor of any Python sink: a Python data source that writes nothing (noop_sink.py)
+  (cp), (dp): log12 only, (c) and (d) partitioned by service and level (16 directories)
 
 Kafka writers share one set of producer settings (printed). Spark's rate is rows over the sum of
 the batches' `triggerExecution`, without the first batch (it also starts the JVM's Kafka
@@ -65,6 +67,7 @@ LOG12_DDL = (
     "status INT, latency_ms DOUBLE, bytes BIGINT, trace_id STRING, path STRING, user_agent STRING"
 )
 LEVELS = ["DEBUG", "INFO", "INFO", "INFO", "WARN", "ERROR"]
+PARTITION_BY = ("service", "level")  # (cp) and (dp): 4 x 4 = 16 directories
 
 SPARK_JOB = r"""
 import json, sys
@@ -81,6 +84,9 @@ if args["format"] == "kafka_txn_measured":
 if args["format"] == "noop_python":
     from noop_sink import NoopSource
     spark.dataSource.register(NoopSource)
+if args["format"] == "noop_arrow":
+    from noop_sink import NoopArrowSource
+    spark.dataSource.register(NoopArrowSource)
 df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", args["bootstrap"])
       .option("subscribe", args["input"]).option("startingOffsets", "earliest")
       .option("maxOffsetsPerTrigger", args["per_batch"]).load())
@@ -91,6 +97,8 @@ if args["variant"] == "log12":
 else:
     rows = df.selectExpr("key", "value")
 writer = rows.writeStream.format(args["format"]).option("checkpointLocation", args["checkpoint"])
+if args.get("partition_by") and args["format"] == "avro":
+    writer = writer.partitionBy(*args["partition_by"])
 for key, value in args["options"].items():
     writer = writer.option(key, value)
 query = writer.trigger(availableNow=True).start()
@@ -244,7 +252,14 @@ class Bench:
         }
 
     def run(
-        self, tag: str, label: str, fmt: str, shape: str, data: Data, options: dict[str, str]
+        self,
+        tag: str,
+        label: str,
+        fmt: str,
+        shape: str,
+        data: Data,
+        options: dict[str, str],
+        partition_by: tuple[str, ...] = (),
     ) -> Result:
         python, jars, env = self.pythons[tag]
         name = f"{label}_{tag}_{data.variant}_{uuid.uuid4().hex[:6]}".replace(".", "_")
@@ -261,6 +276,7 @@ class Bench:
                 "variant": data.variant,
                 "checkpoint": str(self.work / f"ck_{name}"),
                 "options": options,
+                "partition_by": list(partition_by),
             },
         )
         result = rate(f"{label} ({tag})" if tag != "4.0" else label, batches, data, spark)
@@ -309,6 +325,22 @@ class Bench:
                 data,
                 {**self.txn_options("c" + name), **files, "path": str(self.work / f"c_{name}")},
             )
+            if data.variant == "log12":
+                results["cp" + suffix] = self.run(
+                    tag,
+                    "(cp) kafka_txn files, partitioned",
+                    "kafka_txn",
+                    "files",
+                    data,
+                    {
+                        **self.txn_options("cp" + name),
+                        **files,
+                        "path": str(self.work / f"cp_{name}"),
+                        "partitionBy": ",".join(PARTITION_BY),
+                    },
+                )
+            floor = "noop_python" if tag == "4.0" else "noop_arrow"
+            results["f" + suffix] = self.run(tag, f"(f) floor: {floor}", floor, "kafka", data, {})
             if tag != "4.0":
                 continue
             results["d"] = self.run(
@@ -319,6 +351,16 @@ class Bench:
                 data,
                 {"path": str(self.work / f"d_{name}")},
             )
+            if data.variant == "log12":
+                results["dp"] = self.run(
+                    tag,
+                    "(dp) Spark format('avro'), partitioned",
+                    "avro",
+                    "files",
+                    data,
+                    {"path": str(self.work / f"dp_{name}")},
+                    partition_by=PARTITION_BY,
+                )
             results["c3"] = self.run(
                 tag,
                 "(c3) kafka_txn files, S3 (moto)",
@@ -451,7 +493,8 @@ def run(options: argparse.Namespace, work: Path, bootstrap: str, s3: str) -> int
         f"rows={options.rows} per variant, maxOffsetsPerTrigger={options.per_batch}, "
         f"{options.partitions} partitions per topic (= Spark tasks), local[2], "
         f"{os.cpu_count()} CPUs; producer settings for every Kafka writer: {PRODUCER}, "
-        f"acks=all, enable.idempotence=true; files: Avro, no compression, no partitioning"
+        f"acks=all, enable.idempotence=true; files: Avro, no compression, "
+        f"unpartitioned except (cp) and (dp): {', '.join(PARTITION_BY)}"
     )
     for lines in tables:
         print("\n".join(lines))
@@ -487,8 +530,9 @@ def table(variant: str, data: Data, results: dict[str, Result]) -> list[str]:
             return f"{top}/{bottom} = {value:.2f}"
         return ""
 
-    pairs = [("b", "a"), ("b", "e"), ("c", "d"), ("c3", "d")]
-    pairs += [("b 4.1", "a 4.1"), ("b 4.1", "e"), ("c 4.1", "d")]
+    pairs = [("b", "a"), ("b", "e"), ("c", "d"), ("cp", "dp"), ("c3", "d")]
+    pairs += [("b 4.1", "a 4.1"), ("b 4.1", "e"), ("c 4.1", "d"), ("cp 4.1", "dp")]
+    pairs += [("b", "f"), ("c", "f"), ("f", "a"), ("b 4.1", "f 4.1"), ("f 4.1", "a 4.1")]
     lines.append("ratios: " + ", ".join(r for r in (ratio(t, b) for t, b in pairs) if r))
     return lines
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up of a clone: .venv with the package, its dev tools and the pyspark of
-# ci/versions.env, then every jar of the test bed (Kafka broker, Spark packages) resolved from
-# Maven Central into the cache ($KTS_CACHE or ~/.cache/kafka_txn_sink).
+# ci/versions.env; .venv-spark41 with PySpark 4.1 (ci/setup_spark41.sh); then every jar of the
+# test bed (Kafka broker, Spark packages) resolved from Maven Central into the cache ($KTS_CACHE
+# or ~/.cache/kafka_txn_sink).
 # Needs only python3, java and mvn on PATH.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,6 +31,8 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     "pyspark==$spark_version"
   echo "$want" > "$stamp"
 fi
+
+ci/setup_spark41.sh
 
 echo "setup: resolving the test bed's jars"
 .venv/bin/python ci/testbed.py fetch

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# A second venv, .venv-spark41, with PySpark 4.1.1 and this package: only for the benchmark's
-# Arrow write path (DataSourceStreamArrowWriter is new in 4.1). The test bed stays on 4.0.0 (see
-# ci/versions.env: the 4.1.1 Kafka source fails on every restart, SPARK-55271, and Maven Central
-# lacks the 4.1 token-provider jar), so the 4.1 jar set pairs spark-sql-kafka-0-10 and
-# spark-avro 4.1.1 with the 4.0.0 token provider; the benchmark needs no restart.
+# A second venv, .venv-spark41, with the PySpark of SPARK41_VERSION (ci/versions.env) and this
+# package: kafka_txn takes Arrow batches there (DataSourceStreamArrowWriter is new in 4.1).
+# ci/setup.sh runs it: tests/e2e/test_arrow_writer.py runs its queries in this venv. The test
+# bed itself stays on SPARK_VERSION (why: ci/versions.env). The benchmark resolves the 4.1
+# connector jars it needs by itself:
 #
-#   ci/setup_spark41.sh                                  # then:
 #   .venv/bin/python benchmarks/throughput.py --spark41-python .venv-spark41/bin/python
 #
-# KTS_PYSPARK41_FIND_LINKS=/dir with a downloaded pyspark-4.1.1.tar.gz avoids a second download.
+# KTS_PYSPARK41_FIND_LINKS=/dir with a downloaded pyspark tarball avoids a second download.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -22,17 +21,14 @@ if [[ -n "${KTS_PYSPARK41_FIND_LINKS:-}" ]]; then
   links=(--find-links "$KTS_PYSPARK41_FIND_LINKS")
 fi
 stamp="$venv/.kts-installed"
-want="$(cat pyproject.toml | sha256sum | cut -d' ' -f1)-4.1.1"
+spark_version="$(sed -n 's/^SPARK41_VERSION=//p' ci/versions.env)"
+[[ -n "$spark_version" ]] || { echo "setup_spark41: SPARK41_VERSION missing in ci/versions.env" >&2; exit 1; }
+want="$(cat pyproject.toml ci/versions.env | sha256sum | cut -d' ' -f1)"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-  echo "setup_spark41: pip install -e . pyspark==4.1.1"
+  echo "setup_spark41: pip install -e . pyspark==$spark_version"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "${links[@]}" \
-    --config-settings editable_mode=compat -e . "pyspark==4.1.1"
+    --config-settings editable_mode=compat -e . "pyspark==$spark_version"
   echo "$want" > "$stamp"
 fi
 
-echo "setup_spark41: resolving the 4.1.1 connector jars"
-KTS_SPARK_KAFKA_VERSION=4.1.1 KTS_SPARK_AVRO_VERSION=4.1.1 \
-  KTS_SPARK_TOKEN_PROVIDER_VERSION=4.0.0 \
-  "$venv/bin/python" -c "import sys; sys.path.insert(0, 'ci'); import testbed; testbed.spark_jars()" \
-  2> >(grep -v 'is installed but ci/versions.env pins' >&2)
 "$venv/bin/python" -c "import pyspark; print('setup_spark41: pyspark', pyspark.__version__)"

@@ -5,6 +5,10 @@ Used by the demo and, as a separate process that tests kill, by the end-to-end t
     python examples/pipeline.py --bootstrap 127.0.0.1:9092 --input events --output events_out \
         --sink-id demo --commit-log /tmp/demo/_log --checkpoint /tmp/demo/ckpt
 
+With --input-dir the source is a directory of JSON-lines files (`key`, `value` strings) instead
+of a topic, one file per batch: the tests of PySpark 4.1 use it, whose Kafka source cannot
+restart (SPARK-55271).
+
 It exits 0 when every available input row was written, and 3 with the error on stderr (and as
 JSON on stdout) when the query failed.
 """
@@ -22,7 +26,8 @@ from typing import Any
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--input", required=True)
+    parser.add_argument("--input", default="", help="input topic")
+    parser.add_argument("--input-dir", default="", help="JSON-lines files instead of a topic")
     parser.add_argument("--output", required=True, help="output topic; '' for none")
     parser.add_argument("--sink-id", required=True)
     parser.add_argument("--commit-log", required=True)
@@ -67,15 +72,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         import kafka_txn_sink
 
         kafka_txn_sink.register(spark)
-    source = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("subscribe", args.input)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", args.max_offsets)
-        .load()
-        .selectExpr(*(args.select or ["key", "value"]))
-    )
+    source = read_source(spark, args).selectExpr(*(args.select or ["key", "value"]))
     if args.partitions:
         source = source.repartition(args.partitions)
     writer = (
@@ -100,7 +97,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": round(time.monotonic() - started, 2),
         "batches": [p["batchId"] for p in progress],
         "rows": sum(p["numInputRows"] for p in progress),
+        "spark": spark.version,
+        "writer": stream_writer_class().__name__,
     }
+
+
+def read_source(spark: Any, args: argparse.Namespace) -> Any:
+    if args.input_dir:
+        return (
+            spark.readStream.schema("key STRING, value STRING")
+            .option("maxFilesPerTrigger", 1)
+            .json(args.input_dir)
+        )
+    if not args.input:
+        raise SystemExit("pipeline: --input or --input-dir is required")
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("subscribe", args.input)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", args.max_offsets)
+        .load()
+    )
+
+
+def stream_writer_class() -> Any:
+    from kafka_txn_sink.writer import stream_writer_class as chosen
+
+    return chosen()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,6 +56,8 @@ class Pipeline:
     partitions: int = 0
     max_offsets: int = 400
     select: list[str] = field(default_factory=list)  # output columns, SQL over the source
+    python: str = sys.executable  # of the driver and the workers (PySpark's version)
+    input_dir: Path | None = None  # JSON-lines files as the source instead of the input topic
 
     @property
     def commit_log(self) -> Path:
@@ -73,7 +75,7 @@ class Pipeline:
 
     def start(self, failpoint_spec: str = "", master: str = "local[2,4]") -> subprocess.Popen[str]:
         args = [
-            sys.executable,
+            self.python,
             str(PIPELINE),
             "--bootstrap",
             self.bootstrap,
@@ -100,10 +102,12 @@ class Pipeline:
             args += ["--option", f"{key}={value}"]
         for expression in self.select:
             args += ["--select", expression]
+        if self.input_dir is not None:
+            args += ["--input-dir", str(self.input_dir)]
         env = {
             **os.environ,
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "PYSPARK_PYTHON": self.python,
+            "PYSPARK_DRIVER_PYTHON": self.python,
             "SPARK_LOCAL_IP": "127.0.0.1",
             failpoints.ENV: failpoint_spec,
             failpoints.ENV_DIR: str(self.signals),
@@ -227,9 +231,20 @@ def produce_ids(bootstrap: str, topic: str, count: int) -> list[str]:
 def produce_events(bootstrap: str, topic: str, count: int, users: int = 5) -> list[str]:
     """Log-like events: JSON values with an id, a user, a timestamp and a few fields."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
-    ids = [uuid.uuid4().hex for _ in range(count)]
-    for n, event_id in enumerate(ids):
-        event = {
+    events = make_events(count, users)
+    for event_id, value in events:
+        producer.produce(topic, key=event_id, value=value)
+    if producer.flush(60) != 0:
+        raise AssertionError("input was not fully produced")
+    return [event_id for event_id, _ in events]
+
+
+def make_events(count: int, users: int = 5) -> list[tuple[str, str]]:
+    """(id, JSON value) of `count` log-like events: an id, a user, a timestamp, a few fields."""
+    events = []
+    for n in range(count):
+        event_id = uuid.uuid4().hex
+        event: dict[str, object] = {
             "id": event_id,
             "user": f"user{n % users}",
             "ts": f"2026-11-21T{n % 3:02d}:{n % 60:02d}:00Z",
@@ -238,10 +253,23 @@ def produce_events(bootstrap: str, topic: str, count: int, users: int = 5) -> li
         }
         if n % 7 == 0:
             event["extra"] = {"tags": ["a", "b"], "score": n / 3}
-        producer.produce(topic, key=event_id, value=json.dumps(event))
-    if producer.flush(60) != 0:
-        raise AssertionError("input was not fully produced")
-    return ids
+        events.append((event_id, json.dumps(event)))
+    return events
+
+
+def write_input_files(directory: Path, rows: list[tuple[str, str]], files: int) -> list[str]:
+    """`rows` (key, value) as `files` JSON-lines files, in order: the --input-dir source reads
+    one per batch. Each file appears whole (renamed into place), as a file source needs."""
+    directory.mkdir(parents=True, exist_ok=True)
+    size = -(-len(rows) // files)
+    for index in range(files):
+        part = rows[index * size : (index + 1) * size]
+        lines = "".join(json.dumps({"key": k, "value": v}) + "\n" for k, v in part)
+        staging = directory / f".part-{index:05d}.json.tmp"
+        staging.write_text(lines)
+        staging.rename(directory / f"part-{index:05d}.json")
+        time.sleep(0.01)  # distinct modification times: the source takes the oldest first
+    return [k for k, _ in rows]
 
 
 def committed_report(bootstrap: str, topic: str, ids: list[str]) -> IdReport:

@@ -44,6 +44,11 @@ SELECT = [
 
 @pytest.fixture
 def files_pipeline(pipeline: Pipeline) -> Pipeline:
+    return as_files_pipeline(pipeline)
+
+
+def as_files_pipeline(pipeline: Pipeline) -> Pipeline:
+    """`pipeline` in files mode alone: partitioned by user, date and hour, with payloads."""
     references = f"refs_{uuid.uuid4().hex[:8]}"
     create_topics(pipeline.bootstrap, 3, references)
     pipeline.output = ""  # files mode alone

@@ -1,0 +1,195 @@
+"""The Arrow write path (PySpark 4.1+, `DataSourceStreamArrowWriter`) under the row writer's
+failures: a retried task, a query killed after its decision and restarted, a record the topic
+refuses, per-row topics, partitions and headers, and files mode killed mid-batch.
+
+The queries run on PySpark 4.1 from `.venv-spark41` (ci/setup_spark41.sh, which ci/setup.sh
+runs), where kafka_txn takes Arrow batches; this test process stays on the test bed's 4.0. Their
+source is a directory of JSON-lines files, one per batch, because the 4.1.1 Kafka source fails
+every restart (SPARK-55271). Every test checks that the query really took the Arrow path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafka_txn_sink.verify import compare_ids, read_topic
+from tests.e2e.harness import (
+    ROOT,
+    Outcome,
+    Pipeline,
+    assert_exactly_once,
+    create_topics,
+    kill_group,
+    make_events,
+    open_transactions,
+    write_input_files,
+)
+from tests.e2e.test_files_mode import as_files_pipeline, assert_files_exactly_once
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+ARROW_WRITER = "KafkaTxnStreamArrowWriter"
+
+
+@pytest.fixture(scope="session")
+def spark41_python() -> str:
+    path = Path(os.environ.get("KTS_SPARK41_PYTHON", str(ROOT / ".venv-spark41/bin/python")))
+    if not path.exists():
+        pytest.fail(f"no PySpark 4.1 at {path}: run ci/setup_spark41.sh (ci/setup.sh does)")
+    return str(path)
+
+
+@pytest.fixture
+def arrow_pipeline(pipeline: Pipeline, spark41_python: str) -> Pipeline:
+    pipeline.python = spark41_python
+    pipeline.input_dir = pipeline.workdir / "input"
+    pipeline.jars = ""  # a file source and a Python sink need no connector jars
+    return pipeline
+
+
+def assert_took_arrow(outcome: Outcome) -> None:
+    assert outcome.returncode == 0, outcome.error
+    assert str(outcome.result["spark"]).startswith("4.1"), outcome.result
+    assert outcome.result["writer"] == ARROW_WRITER, outcome.result
+
+
+def write_ids(pipeline: Pipeline, count: int, files: int) -> list[str]:
+    assert pipeline.input_dir is not None
+    return write_input_files(pipeline.input_dir, make_events(count), files)
+
+
+# -- records mode ---------------------------------------------------------------------------
+
+
+def test_retried_task_and_several_batches_are_exactly_once(arrow_pipeline: Pipeline) -> None:
+    arrow_pipeline.partitions = 3
+    ids = write_ids(arrow_pipeline, 600, files=3)
+
+    # The first task to prepare fails after its flush; Spark retries it, fencing the attempt.
+    outcome = arrow_pipeline.run("task.after_flush=raise-once@1")
+
+    assert_took_arrow(outcome)
+    assert outcome.result["rows"] == 600
+    assert arrow_pipeline.reached_batches("task.after_flush") == [1]  # raised once, then retried
+    assert_exactly_once(arrow_pipeline, ids)
+
+
+def test_killed_after_the_decision_then_restarted(arrow_pipeline: Pipeline) -> None:
+    arrow_pipeline.partitions = 2
+    ids = write_ids(arrow_pipeline, 500, files=4)
+
+    process = arrow_pipeline.start("driver.after_decision=block@2")
+    arrow_pipeline.wait_reached("driver.after_decision", process)
+    kill_group(process)
+    decided_before_restart = arrow_pipeline.open_log().decided_batches()
+    restarted = arrow_pipeline.run()
+
+    assert decided_before_restart == [0, 1, 2]
+    assert_took_arrow(restarted)
+    assert_exactly_once(arrow_pipeline, ids)
+
+
+def test_record_the_topic_refuses_fails_the_batch_and_publishes_nothing(
+    arrow_pipeline: Pipeline,
+) -> None:
+    small = f"small_{arrow_pipeline.output}"
+    admin = AdminClient({"bootstrap.servers": arrow_pipeline.bootstrap})
+    topic = NewTopic(small, 2, 1, config={"max.message.bytes": "20000"})
+    for future in admin.create_topics([topic]).values():
+        future.result(timeout=30)
+    arrow_pipeline.output = small
+    rows = [(f"small-{i}", "x" * 100) for i in range(60)]
+    rows[10:10] = [(f"big-{i}", "y" * 50_000) for i in range(3)]
+    assert arrow_pipeline.input_dir is not None
+    write_input_files(arrow_pipeline.input_dir, rows, files=1)
+
+    outcome = arrow_pipeline.run()
+
+    assert outcome.returncode == 3, outcome.error
+    for fragment in ("InputError", "larger than the broker accepts", "max.message.bytes"):
+        assert fragment in outcome.error, outcome.error
+    assert read_topic(arrow_pipeline.bootstrap, small, "read_committed") == []
+    assert open_transactions(arrow_pipeline.bootstrap, arrow_pipeline.sink_id) == []
+
+
+def test_topic_partition_and_headers_columns_route_each_record(arrow_pipeline: Pipeline) -> None:
+    even, odd = f"even_{arrow_pipeline.output}", f"odd_{arrow_pipeline.output}"
+    create_topics(arrow_pipeline.bootstrap, 3, even, odd)
+    arrow_pipeline.output = ""  # no topic option: every row names its topic
+    arrow_pipeline.select = [
+        "key",
+        "value",
+        f"IF(ascii(key) % 2 = 0, '{even}', '{odd}') AS topic",
+        "CAST(ascii(key) % 3 AS INT) AS partition",
+        "array(named_struct('key', 'id', 'value', CAST(key AS BINARY))) AS headers",
+    ]
+    ids = write_ids(arrow_pipeline, 300, files=2)
+
+    outcome = arrow_pipeline.run()
+
+    assert_took_arrow(outcome)
+    seen = list(committed_records(arrow_pipeline.bootstrap, even, odd))
+    assert compare_ids(ids, [key for key, _, _, _ in seen]).exact
+    for key, topic, partition, headers in seen:
+        assert topic == (even if ord(key[0]) % 2 == 0 else odd), key
+        assert partition == ord(key[0]) % 3, key
+        assert headers == [("id", key.encode())], key
+
+
+def committed_records(
+    bootstrap: str, *topics: str
+) -> Iterator[tuple[str, str, int, list[tuple[str, bytes]]]]:
+    """(key, topic, partition, headers) of every record read_committed sees in `topics`."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "arrow-test",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        assigned = [TopicPartition(t, p, 0) for t in topics for p in range(3)]
+        consumer.assign(assigned)
+        remaining = {(tp.topic, tp.partition) for tp in assigned}
+        for _ in range(600):  # bounded: 600 polls of at most 1 s
+            if not remaining:
+                return
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error():
+                remaining.discard((message.topic(), message.partition()))
+                continue
+            key = (message.key() or b"").decode()
+            raw: list[Any] = list(message.headers() or [])
+            headers = [(str(name), bytes(value or b"")) for name, value in raw]
+            yield key, str(message.topic()), int(message.partition() or 0), headers
+        raise AssertionError(f"topics not read to their end: {sorted(remaining)}")
+    finally:
+        consumer.close()
+
+
+# -- files mode ------------------------------------------------------------------------------
+
+
+def test_files_mode_killed_mid_batch_then_restarted(arrow_pipeline: Pipeline) -> None:
+    files_pipeline = as_files_pipeline(arrow_pipeline)
+    ids = write_ids(files_pipeline, 400, files=4)
+
+    process = files_pipeline.start("task.after_produce=block@1")
+    files_pipeline.wait_reached("task.after_produce", process)
+    kill_group(process)
+    restarted = files_pipeline.run()
+
+    assert_took_arrow(restarted)
+    assert files_pipeline.open_log().decided_batches() == [0, 1, 2, 3]
+    assert_files_exactly_once(files_pipeline, ids)
