@@ -23,7 +23,8 @@ the batches' `triggerExecution`, without the first batch (it also starts the JVM
 consumers and, for Python sinks, the Python workers; the all-batch rate is printed too). MB/s is
 of the input rows (key + value bytes as read from Kafka). Memory: peak RSS (VmHWM) of the
 executor Python worker that ran one partition of `--memory-rows` rows and of 16 times that,
-each in a fresh Spark application, records mode and files mode.
+each in a fresh Spark application, records mode and files mode. Last, the driver's commit
+overhead per batch (benchmarks/commit_overhead.py) for 8, 32 and 128 tasks.
 
 With --spark41-python, (a), (b) and (c) run again on PySpark 4.1.1, where kafka_txn takes
 Arrow batches (DataSourceStreamArrowWriter); on the test bed's 4.0.0 it takes rows.
@@ -51,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "ci"))
 sys.path.insert(0, str(ROOT))
 
+import commit_overhead  # noqa: E402
 import testbed  # noqa: E402
 
 from tests.e2e.harness import create_topics  # noqa: E402
@@ -432,6 +434,9 @@ def main() -> int:
     parser.add_argument("--variants", default="100b,log12")
     parser.add_argument("--memory-rows", type=int, default=25_000, help="0: skip memory")
     parser.add_argument("--spark41-python", default="", help="e.g. .venv-spark41/bin/python")
+    parser.add_argument(
+        "--commit-tasks", default="8,32,128", help="driver commit overhead at these task counts"
+    )
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -488,6 +493,10 @@ def run(options: argparse.Namespace, work: Path, bootstrap: str, s3: str) -> int
     if options.memory_rows:
         for tag in pythons:
             memory[tag] = bench.memory(options.memory_rows, tag)
+    commits = [
+        commit_overhead.measure(bootstrap, work, n, commit_overhead.DEFAULT_ROUNDS.get(n, 20))
+        for n in (int(t) for t in options.commit_tasks.split(",") if t)
+    ]
     print()
     print(
         f"rows={options.rows} per variant, maxOffsetsPerTrigger={options.per_batch}, "
@@ -508,6 +517,8 @@ def run(options: argparse.Namespace, work: Path, bootstrap: str, s3: str) -> int
                 f"| {mode} | {r1:,} | {p1 / 1024:.0f} MiB | {r16:,} | {p16 / 1024:.0f} MiB "
                 f"| {p16 / p1:.2f} |"
             )
+    if commits:
+        print("\n" + commit_overhead.report(commits))
     print(f"\nwall time {time.monotonic() - began:.0f} s")
     return 0
 
