@@ -67,6 +67,8 @@ def build_spark(master: str, jars: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_txn_sink.writer import stream_writer_class
+
     spark = build_spark(args.master, args.jars)
     if args.register:
         import kafka_txn_sink
@@ -119,12 +121,6 @@ def read_source(spark: Any, args: argparse.Namespace) -> Any:
         .option("maxOffsetsPerTrigger", args.max_offsets)
         .load()
     )
-
-
-def stream_writer_class() -> Any:
-    from kafka_txn_sink.writer import stream_writer_class as chosen
-
-    return chosen()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -217,6 +217,14 @@ def create_topics(bootstrap: str, partitions: int, *names: str) -> None:
         time.sleep(0.2)
 
 
+def create_small_topic(bootstrap: str, topic: str, max_message_bytes: int) -> None:
+    """A topic of 3 partitions that refuses records above `max_message_bytes`."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(topic, 3, 1, config={"max.message.bytes": str(max_message_bytes)})
+    for future in admin.create_topics([new]).values():
+        future.result(timeout=30)
+
+
 def produce_ids(bootstrap: str, topic: str, count: int) -> list[str]:
     """`count` events with random string ids as keys (JSON values carrying the same id)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})

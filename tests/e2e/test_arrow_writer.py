@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_txn_sink.verify import compare_ids, read_topic
 from tests.e2e.harness import (
@@ -25,6 +24,7 @@ from tests.e2e.harness import (
     Outcome,
     Pipeline,
     assert_exactly_once,
+    create_small_topic,
     create_topics,
     kill_group,
     make_events,
@@ -100,10 +100,7 @@ def test_record_the_topic_refuses_fails_the_batch_and_publishes_nothing(
     arrow_pipeline: Pipeline,
 ) -> None:
     small = f"small_{arrow_pipeline.output}"
-    admin = AdminClient({"bootstrap.servers": arrow_pipeline.bootstrap})
-    topic = NewTopic(small, 2, 1, config={"max.message.bytes": "20000"})
-    for future in admin.create_topics([topic]).values():
-        future.result(timeout=30)
+    create_small_topic(arrow_pipeline.bootstrap, small, max_message_bytes=20_000)
     arrow_pipeline.output = small
     rows = [(f"small-{i}", "x" * 100) for i in range(60)]
     rows[10:10] = [(f"big-{i}", "y" * 50_000) for i in range(3)]

@@ -23,13 +23,13 @@ from pathlib import Path
 import boto3
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import DataFrame, SparkSession
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.verify import read_topic
 from tests.e2e.harness import (
     committed_report,
+    create_small_topic,
     create_topics,
     open_transactions,
     produce_ids,
@@ -281,13 +281,6 @@ def test_record_above_the_topics_size_limit_fails_the_batch_and_publishes_nothin
     assert set(opened) == {0} and len(prepared) < len(opened), (opened, prepared)
     assert read_topic(kafka_bootstrap, sink.output, "read_committed") == []
     assert open_transactions(kafka_bootstrap, sink.sink_id) == []
-
-
-def create_small_topic(bootstrap: str, topic: str, max_message_bytes: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = NewTopic(topic, 3, 1, config={"max.message.bytes": str(max_message_bytes)})
-    for future in admin.create_topics([new]).values():
-        future.result(timeout=30)
 
 
 def produce_rows(bootstrap: str, topic: str, rows: list[tuple[str, bytes]]) -> None:
