@@ -16,7 +16,6 @@ size (cold clients) is reported apart and left out of the percentiles.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -126,21 +125,11 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, nargs="*", default=[8, 32, 128])
     parser.add_argument("--rounds", type=int, default=0, help="per size; 0: 40, 30, 12")
     options = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        broker = None
-        bootstrap = os.environ.get("KTS_KAFKA_BOOTSTRAP")
-        if not bootstrap:
-            broker = testbed.KafkaBroker(work / "broker")
-            bootstrap = broker.start()
-        try:
-            results = [
-                measure(bootstrap, work, n, options.rounds or DEFAULT_ROUNDS.get(n, 20))
-                for n in options.tasks
-            ]
-        finally:
-            if broker is not None:
-                broker.stop()
+    with tempfile.TemporaryDirectory() as tmp, testbed.kafka_bootstrap(Path(tmp)) as bootstrap:
+        results = [
+            measure(bootstrap, Path(tmp), n, options.rounds or DEFAULT_ROUNDS.get(n, 20))
+            for n in options.tasks
+        ]
     print(report(results))
     return 0
 

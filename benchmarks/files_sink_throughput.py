@@ -272,17 +272,11 @@ def main() -> int:
     parser.add_argument("--payload", action="store_true", help="JSON payload column mode")
     parser.add_argument("--baseline", action="store_true", help="also Spark's format('avro')")
     options = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="files-sink-bench-") as work:
-        broker = None
-        bootstrap = os.environ.get("KTS_KAFKA_BOOTSTRAP")
-        if not bootstrap:
-            broker = testbed.KafkaBroker(Path(work) / "broker")
-            bootstrap = broker.start()
-        try:
-            return run(bootstrap, Path(work), options)
-        finally:
-            if broker is not None:
-                broker.stop()
+    with (
+        tempfile.TemporaryDirectory(prefix="files-sink-bench-") as work,
+        testbed.kafka_bootstrap(Path(work)) as bootstrap,
+    ):
+        return run(bootstrap, Path(work), options)
 
 
 def run(bootstrap: str, work: Path, options: argparse.Namespace) -> int:

@@ -440,22 +440,8 @@ def main() -> int:
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        started: list[Any] = []
-        bootstrap = os.environ.get("KTS_KAFKA_BOOTSTRAP")
-        if not bootstrap:
-            broker = testbed.KafkaBroker(work / "broker")
-            bootstrap = broker.start()
-            started.append(broker)
-        s3 = os.environ.get("KTS_S3_ENDPOINT")
-        if not s3:
-            server = testbed.S3Server(work / "s3")
-            s3 = server.start()
-            started.append(server)
-        try:
+        with testbed.kafka_bootstrap(work) as bootstrap, testbed.s3_endpoint(work) as s3:
             return run(options, work, bootstrap, s3)
-        finally:
-            for service in reversed(started):
-                service.stop()
 
 
 def run(options: argparse.Namespace, work: Path, bootstrap: str, s3: str) -> int:

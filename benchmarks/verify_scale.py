@@ -107,17 +107,11 @@ def main() -> int:
     options = parser.parse_args()
     if options.ids < 10 or not 1 <= options.runs <= 10:
         parser.error("--ids must be at least 10 and --runs between 1 and 10")
-    with tempfile.TemporaryDirectory(prefix="verify-scale-") as work:
-        broker = None
-        bootstrap = os.environ.get("KTS_KAFKA_BOOTSTRAP")
-        if not bootstrap:
-            broker = testbed.KafkaBroker(Path(work) / "broker")
-            bootstrap = broker.start()
-        try:
-            return bench(bootstrap, Path(work), options.ids, options.partitions, options.runs)
-        finally:
-            if broker is not None:
-                broker.stop()
+    with (
+        tempfile.TemporaryDirectory(prefix="verify-scale-") as work,
+        testbed.kafka_bootstrap(Path(work)) as bootstrap,
+    ):
+        return bench(bootstrap, Path(work), options.ids, options.partitions, options.runs)
 
 
 def bench(bootstrap: str, work: Path, count: int, partitions: int, runs: int) -> int:

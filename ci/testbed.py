@@ -33,7 +33,7 @@ import urllib.error
 import urllib.request
 import uuid
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -757,6 +757,36 @@ class ExternalS3Server:
                            "it cannot be stopped, paused or resumed from the tests")
 
     stop = pause = resume = _refuse
+
+
+@contextlib.contextmanager
+def kafka_bootstrap(workdir: Path) -> Iterator[str]:
+    """``KTS_KAFKA_BOOTSTRAP``, or a broker of ours under ``workdir`` until the block ends."""
+    external = os.environ.get("KTS_KAFKA_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    broker = KafkaBroker(workdir / "broker")
+    bootstrap = broker.start()
+    try:
+        yield bootstrap
+    finally:
+        broker.stop()
+
+
+@contextlib.contextmanager
+def s3_endpoint(workdir: Path) -> Iterator[str]:
+    """``KTS_S3_ENDPOINT``, or an S3 server of ours under ``workdir`` until the block ends."""
+    external = os.environ.get("KTS_S3_ENDPOINT")
+    if external:
+        yield external
+        return
+    server = S3Server(workdir / "s3")
+    endpoint = server.start()
+    try:
+        yield endpoint
+    finally:
+        server.stop()
 
 
 # --------------------------------------------------------------------------------------------
