@@ -61,9 +61,14 @@ def producer_config(
     return config
 
 
+# Delivery errors that only say a message was dropped because the transaction had failed.
+PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+
+
 @dataclass
 class _Deliveries:
-    """Delivery reports of one transaction: offsets per partition and the first error."""
+    """Delivery reports of one transaction: offsets per partition and the error that caused
+    the first failure."""
 
     ranges: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     error: KafkaError | None = None
@@ -72,7 +77,9 @@ class _Deliveries:
 
     def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            if self.error is None:
+            # A purge is the consequence of another failure (the transaction became abortable),
+            # whose own report may come later, from another partition: that one is the cause.
+            if self.error is None or (self.purged_only and err.code() not in PURGED):
                 self.error, self.error_topic = err, msg.topic()
             return
         self.delivered += 1
@@ -83,6 +90,10 @@ class _Deliveries:
             self.ranges[key] = [offset, offset]
         else:
             seen[0], seen[1] = min(seen[0], offset), max(seen[1], offset)
+
+    @property
+    def purged_only(self) -> bool:
+        return self.error is not None and self.error.code() in PURGED
 
     def offsets(self) -> OffsetRanges:
         result: OffsetRanges = {}
@@ -276,9 +287,13 @@ class TaskTransaction:
         return self._producer
 
     def _raise_delivery_error(self) -> None:
-        error = self._deliveries.error
-        if error is None:
+        if self._deliveries.error is None:
             return
+        if self._deliveries.purged_only:  # collect the report of the cause first (bounded)
+            with contextlib.suppress(KafkaException, SystemError):
+                self._client.flush(self._timeout_s)
+        error = self._deliveries.error
+        assert error is not None
         self.abort()
         if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
             raise InputError(
