@@ -15,9 +15,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
-from kafka_txn_sink.records import TaskCommit
-from kafka_txn_sink.source import KafkaTxnDataSource
-from kafka_txn_sink.writer import KafkaTxnStreamArrowWriter, KafkaTxnStreamWriter
+from kafka_txn_sink.datasource import KafkaTxnDataSource
+from kafka_txn_sink.protocol.messages import TaskCommit
+from kafka_txn_sink.protocol.stream_writer import KafkaTxnStreamArrowWriter, KafkaTxnStreamWriter
 
 
 def _status_kb(field: str) -> int:

@@ -31,7 +31,7 @@ import testbed  # noqa: E402
 
 from kafka_txn_sink.commit_log import CommitLog, LogFormat, open_commit_log  # noqa: E402
 from kafka_txn_sink.commit_log.delta_log import TABLE_PROPERTIES, DeltaCommitLog  # noqa: E402
-from kafka_txn_sink.records import Completion, Decision, Participant, SinkMeta  # noqa: E402
+from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, SinkMeta  # noqa: E402
 from kafka_txn_sink.storage import S3Settings  # noqa: E402
 
 PARTITIONS = 4

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/commit_overhead.py --tasks 32 --rounds 50
 
 Per round, N task transactions are prepared exactly as tasks prepare them
-(`kafka_txn_sink.producer.TaskTransaction`: init, one record, flush, triple read from the
+(`kafka_txn_sink.kafka.producer.TaskTransaction`: init, one record, flush, triple read from the
 statistics, dropped without closing), their `TaskCommit` messages are built, and then what
 Spark's commit worker does for a batch is timed in this one process, as in Spark's reused commit
 worker: `streamWriter()` (options, cluster facts, claim and roll forward of the log), then
@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 import testbed  # noqa: E402
 from pyspark.sql.types import BinaryType, StructField, StructType  # noqa: E402
 
-from kafka_txn_sink.producer import TaskTransaction, producer_config  # noqa: E402
-from kafka_txn_sink.records import TaskCommit  # noqa: E402
-from kafka_txn_sink.source import KafkaTxnDataSource  # noqa: E402
+from kafka_txn_sink.datasource import KafkaTxnDataSource  # noqa: E402
+from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config  # noqa: E402
+from kafka_txn_sink.protocol.messages import TaskCommit  # noqa: E402
 from tests.e2e.harness import create_topics  # noqa: E402
 
 SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])

@@ -37,8 +37,8 @@ from pyspark.sql.types import (  # noqa: E402
     TimestampType,
 )
 
-from kafka_txn_sink.avro_files import FileNaming, FileSet, plan_files  # noqa: E402
-from kafka_txn_sink.file_sink import LocalFileSink  # noqa: E402
+from kafka_txn_sink.files.writer import FileNaming, FileSet, plan_files  # noqa: E402
+from kafka_txn_sink.storage.files import LocalFileSink  # noqa: E402
 
 SCHEMA = StructType(
     [

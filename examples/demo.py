@@ -51,8 +51,8 @@ from kafka_txn_sink import failpoints  # noqa: E402
 from kafka_txn_sink.cli import batch_rows, batches_table  # noqa: E402
 from kafka_txn_sink.commit_log import open_commit_log  # noqa: E402
 from kafka_txn_sink.errors import KafkaTxnSinkError  # noqa: E402
-from kafka_txn_sink.files_mode import parse_reference  # noqa: E402
-from kafka_txn_sink.records import FileRef  # noqa: E402
+from kafka_txn_sink.files.references import parse_reference  # noqa: E402
+from kafka_txn_sink.protocol.messages import FileRef  # noqa: E402
 from kafka_txn_sink.verify import IdReport, compare_ids, read_topic  # noqa: E402
 
 PIPELINE = ROOT / "examples" / "pipeline.py"

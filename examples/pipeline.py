@@ -67,7 +67,7 @@ def build_spark(master: str, jars: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_txn_sink.writer import stream_writer_class
+    from kafka_txn_sink.protocol.stream_writer import stream_writer_class
 
     spark = build_spark(args.master, args.jars)
     if args.register:

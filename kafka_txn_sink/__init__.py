@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def register(spark: SparkSession) -> None:
-    """Register `format("kafka_txn")` with `spark` (see `kafka_txn_sink.source.register`)."""
-    from kafka_txn_sink.source import register as _register
+    """Register `format("kafka_txn")` with `spark` (see `kafka_txn_sink.datasource.register`)."""
+    from kafka_txn_sink.datasource import register as _register
 
     _register(spark)

@@ -8,9 +8,9 @@ from typing import Any
 
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.files_mode import OPTION_KEYS as FILES_OPTION_KEYS
-from kafka_txn_sink.files_mode import FilesOptions, parse_files_options
-from kafka_txn_sink.identities import validate_sink_id
+from kafka_txn_sink.files.references import OPTION_KEYS as FILES_OPTION_KEYS
+from kafka_txn_sink.files.references import FilesOptions, parse_files_options
+from kafka_txn_sink.protocol.txn_ids import validate_sink_id
 from kafka_txn_sink.storage import S3Settings
 
 KAFKA_PREFIX = "kafka."

@@ -1,6 +1,6 @@
 """Lets Spark find `format("kafka_txn")` by itself: Spark imports top-level `pyspark_*` modules
 and registers their `DefaultSource`. Importing it has no side effects."""
 
-from kafka_txn_sink.source import KafkaTxnDataSource as DefaultSource
+from kafka_txn_sink.datasource import KafkaTxnDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

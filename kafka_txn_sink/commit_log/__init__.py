@@ -12,7 +12,7 @@ from typing import Literal, Protocol, get_args
 
 from kafka_txn_sink.commit_log.json_log import JsonCommitLog
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.records import Completion, Decision, Republish, SinkMeta
+from kafka_txn_sink.protocol.messages import Completion, Decision, Republish, SinkMeta
 from kafka_txn_sink.storage import S3Settings, open_storage
 
 __all__ = [

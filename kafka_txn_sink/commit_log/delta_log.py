@@ -59,7 +59,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import CommitProperties, Transaction
 
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
-from kafka_txn_sink.records import Completion, Decision, Republish, SinkMeta
+from kafka_txn_sink.protocol.messages import Completion, Decision, Republish, SinkMeta
 from kafka_txn_sink.storage import LocalStorage, S3Settings, Storage, open_storage
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
-from kafka_txn_sink.records import Completion, Decision, Republish, SinkMeta
+from kafka_txn_sink.protocol.messages import Completion, Decision, Republish, SinkMeta
 from kafka_txn_sink.storage import Storage
 
 log = logging.getLogger(__name__)

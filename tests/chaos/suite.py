@@ -41,8 +41,8 @@ import fastavro
 from rich.console import Console
 
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
-from kafka_txn_sink.coordinator import ONGOING, Coordinator
-from kafka_txn_sink.files_mode import parse_reference
+from kafka_txn_sink.files.references import parse_reference
+from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.storage import S3Settings
 from kafka_txn_sink.verify import IdReport, compare_ids, read_topic
 from tests.chaos import procs, query
@@ -318,8 +318,8 @@ def hold_until_aborted(context: Context, running: Running, batch: int) -> None:
         raise FaultNotFired(f"batch {batch} was held after its decision, but has no participants")
     txn_ids = [p.transactional_id for p in decision.participants]
     deadline = time.monotonic() + ABORT_WAIT_S
-    with Coordinator(context.bed.bootstrap, {}) as coordinator:
-        while any(s.state == ONGOING for s in coordinator.describe(txn_ids).values()):
+    with TxnAdmin(context.bed.bootstrap, {}) as txn_admin:
+        while any(s.state == ONGOING for s in txn_admin.describe(txn_ids).values()):
             if time.monotonic() > deadline:
                 raise FaultNotFired(f"the coordinator did not abort batch {batch} in time")
             time.sleep(0.5)

@@ -21,8 +21,8 @@ from pyspark.sql import SparkSession
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
-from kafka_txn_sink.coordinator import ONGOING, Coordinator, TxnState
-from kafka_txn_sink.identities import owns
+from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin, TxnState
+from kafka_txn_sink.protocol.txn_ids import owns
 from kafka_txn_sink.verify import IdReport, compare_ids, read_topic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,8 +183,8 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
 
 
 def describe(bootstrap: str, txn_ids: list[str]) -> dict[str, TxnState]:
-    with Coordinator(bootstrap, {}) as coordinator:
-        return coordinator.describe(txn_ids)
+    with TxnAdmin(bootstrap, {}) as txn_admin:
+        return txn_admin.describe(txn_ids)
 
 
 def finish(process: subprocess.Popen[str], timeout_s: float = QUERY_TIMEOUT_S) -> Outcome:
@@ -286,9 +286,9 @@ def committed_report(bootstrap: str, topic: str, ids: list[str]) -> IdReport:
 
 
 def open_transactions(bootstrap: str, sink_id: str) -> list[TxnState]:
-    with Coordinator(bootstrap, {}) as coordinator:
-        ids = [i for i in coordinator.list_ids([ONGOING]) if owns(sink_id, i)]
-        return [s for s in coordinator.describe(ids).values() if s.state == ONGOING]
+    with TxnAdmin(bootstrap, {}) as txn_admin:
+        ids = [i for i in txn_admin.list_ids([ONGOING]) if owns(sink_id, i)]
+        return [s for s in txn_admin.describe(ids).values() if s.state == ONGOING]
 
 
 def assert_exactly_once(pipeline: Pipeline, ids: list[str]) -> IdReport:

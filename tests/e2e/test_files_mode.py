@@ -19,8 +19,8 @@ from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kafka_txn_sink.files_mode import parse_reference
-from kafka_txn_sink.records import FileRef
+from kafka_txn_sink.files.references import parse_reference
+from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.verify import compare_ids, read_topic
 from tests.e2e.harness import (
     Pipeline,

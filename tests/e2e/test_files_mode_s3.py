@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import fastavro
 import pytest
 
-from kafka_txn_sink.files_mode import parse_reference
+from kafka_txn_sink.files.references import parse_reference
 from kafka_txn_sink.verify import compare_ids, read_topic
 from tests.conftest import S3
 from tests.e2e.harness import Pipeline, finish, open_transactions, produce_events

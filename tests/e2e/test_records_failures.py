@@ -22,8 +22,8 @@ import boto3
 import pytest
 from confluent_kafka import Producer
 
-from kafka_txn_sink.coordinator import ONGOING, Coordinator
-from kafka_txn_sink.records import Triple
+from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
+from kafka_txn_sink.protocol.messages import Triple
 from kafka_txn_sink.verify import read_topic
 from tests.e2e.harness import (
     Outcome,
@@ -251,8 +251,8 @@ def test_restart_with_fewer_partitions_aborts_the_ids_left_behind_only(
         assert (state.state, state.triple) == (ONGOING, other), "another sink's id was touched"
         assert_exactly_once(pipeline, ids)
     finally:
-        with Coordinator(pipeline.bootstrap, {}) as coordinator:
-            coordinator.end_transactions([other], commit=False, deadline_s=30)
+        with TxnAdmin(pipeline.bootstrap, {}) as txn_admin:
+            txn_admin.end_transactions([other], commit=False, deadline_s=30)
 
 
 def open_transaction_elsewhere(bootstrap: str, txn_id: str, topic: str) -> Triple:

@@ -17,9 +17,9 @@ from typing import Any, cast
 import fastavro
 import pytest
 
-from kafka_txn_sink.coordinator import ONGOING
-from kafka_txn_sink.files_mode import parse_reference
-from kafka_txn_sink.records import Decision
+from kafka_txn_sink.files.references import parse_reference
+from kafka_txn_sink.kafka.txn_admin import ONGOING
+from kafka_txn_sink.protocol.messages import Decision
 from kafka_txn_sink.verify import compare_ids, read_topic
 from tests.e2e.harness import (
     Pipeline,

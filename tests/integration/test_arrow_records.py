@@ -9,10 +9,10 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from kafka_txn_sink.arrow_writer import record_columns, send_batch
-from kafka_txn_sink.columns import plan_columns
-from kafka_txn_sink.coordinator import ONGOING, Coordinator
-from kafka_txn_sink.producer import POLL_EVERY, TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import POLL_EVERY, TaskTransaction, producer_config
+from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
+from kafka_txn_sink.records.arrow import record_columns, send_batch
+from kafka_txn_sink.records.columns import plan_columns
 from kafka_txn_sink.verify import read_topic
 from tests.e2e.harness import create_topics
 
@@ -49,10 +49,10 @@ def test_arrow_batches_are_produced_in_one_prepared_transaction(kafka_bootstrap:
     assert sum(last - first + 1 for first, last in prepared.offsets[topic].values()) == rows, (
         prepared.offsets
     )
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        state = coordinator.describe([txn_id])[txn_id]
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        state = txn_admin.describe([txn_id])[txn_id]
         assert (state.state, state.triple) == (ONGOING, prepared.triple)
-        [result] = coordinator.end_transactions([prepared.triple], commit=True, deadline_s=30)
+        [result] = txn_admin.end_transactions([prepared.triple], commit=True, deadline_s=30)
         assert result.ok, result.error
     seen = read_topic(kafka_bootstrap, topic, "read_committed")
     assert sorted((s.key, s.value) for s in seen) == sorted(

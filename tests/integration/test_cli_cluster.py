@@ -21,8 +21,8 @@ import pytest
 
 from kafka_txn_sink import cli
 from kafka_txn_sink.commit_log import JsonCommitLog, open_commit_log
-from kafka_txn_sink.coordinator import Coordinator
-from kafka_txn_sink.records import Completion, Decision, Participant, SinkMeta, Triple
+from kafka_txn_sink.kafka.txn_admin import TxnAdmin
+from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, SinkMeta, Triple
 from kafka_txn_sink.storage import LocalStorage, S3Settings
 from kafka_txn_sink.verify import read_topic
 from tests.e2e.harness import create_topics
@@ -109,8 +109,8 @@ def visible(sink: Sink, txn_id: str) -> int:
 
 
 def abort_quietly(bootstrap: str, *triples: Triple) -> None:
-    with Coordinator(bootstrap, {}) as coordinator:
-        coordinator.end_transactions(triples, commit=False, deadline_s=30)
+    with TxnAdmin(bootstrap, {}) as txn_admin:
+        txn_admin.end_transactions(triples, commit=False, deadline_s=30)
 
 
 def test_status_shows_the_sinks_open_transaction_only(
@@ -273,8 +273,8 @@ def test_recover_on_a_clean_log_changes_nothing(
     sink.log.put_decision(
         Decision(sink.sink_id, "query-1", 0, (done,), 1, ROWS, decided_at_ms=decided_at)
     )
-    with Coordinator(sink.bootstrap, {}) as coordinator:
-        [result] = coordinator.end_transactions([done.triple], commit=True, deadline_s=30)
+    with TxnAdmin(sink.bootstrap, {}) as txn_admin:
+        [result] = txn_admin.end_transactions([done.triple], commit=True, deadline_s=30)
     assert result.ok
     sink.log.put_completion(Completion(sink.sink_id, 0, decided_at + 1000))
     before = log_files(sink)

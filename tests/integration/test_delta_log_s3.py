@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 from kafka_txn_sink.commit_log import detect_format, open_commit_log
 from kafka_txn_sink.commit_log.delta_log import APP_IDS, DeltaCommitLog, storage_options
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
-from kafka_txn_sink.records import Completion, SinkMeta
+from kafka_txn_sink.protocol.messages import Completion, SinkMeta
 from kafka_txn_sink.storage import S3Settings, S3Storage
 from tests.conftest import S3_TEST_SECRET
 

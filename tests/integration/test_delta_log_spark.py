@@ -12,7 +12,7 @@ import pytest
 import testbed
 
 from kafka_txn_sink.commit_log.delta_log import DeltaCommitLog
-from kafka_txn_sink.records import Completion, Decision, Participant, SinkMeta
+from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, SinkMeta
 
 pytestmark = pytest.mark.spark
 

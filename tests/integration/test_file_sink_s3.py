@@ -14,10 +14,10 @@ import fastavro
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from kafka_txn_sink.avro_files import FileNaming, FileSet, plan_files, store_schema
 from kafka_txn_sink.errors import ConfigError, StagingError
-from kafka_txn_sink.file_sink import LocalFileSink, MiB, S3FileSink, open_file_sink
+from kafka_txn_sink.files.writer import FileNaming, FileSet, plan_files, store_schema
 from kafka_txn_sink.storage import S3Settings
+from kafka_txn_sink.storage.files import LocalFileSink, MiB, S3FileSink, open_file_sink
 from tests.conftest import S3_TEST_SECRET
 
 pytestmark = pytest.mark.s3

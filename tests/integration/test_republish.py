@@ -18,16 +18,16 @@ import fastavro
 import pytest
 
 from kafka_txn_sink import cli, failpoints
-from kafka_txn_sink.cluster import Cluster
 from kafka_txn_sink.commit_log import JsonCommitLog
-from kafka_txn_sink.coordinator import Coordinator
 from kafka_txn_sink.errors import TransactionCompletionError
-from kafka_txn_sink.files_mode import parse_reference
-from kafka_txn_sink.identities import republish_id, transactional_id
-from kafka_txn_sink.producer import TaskTransaction, producer_config
-from kafka_txn_sink.records import Decision, FileRef, Participant, SinkMeta
-from kafka_txn_sink.recovery import Settler
-from kafka_txn_sink.republish import Republisher
+from kafka_txn_sink.files.references import parse_reference
+from kafka_txn_sink.files.republish import Republisher
+from kafka_txn_sink.kafka.cluster import Cluster
+from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.txn_admin import TxnAdmin
+from kafka_txn_sink.protocol.complete import Settler
+from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant, SinkMeta
+from kafka_txn_sink.protocol.txn_ids import republish_id, transactional_id
 from kafka_txn_sink.storage import LocalStorage
 from kafka_txn_sink.verify import read_topic
 from tests.e2e.harness import create_topics, open_transactions
@@ -66,7 +66,7 @@ class Bed:
         return Settler(
             self.sink_id,
             self.commit_log,
-            Coordinator(self.bootstrap, {}),
+            TxnAdmin(self.bootstrap, {}),
             Cluster(self.bootstrap, {}),
             deadline_s=30,
             republisher=republisher if republish else None,

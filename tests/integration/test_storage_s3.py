@@ -18,7 +18,7 @@ from botocore.awsrequest import AWSResponse
 from kafka_txn_sink.commit_log import JsonCommitLog, open_commit_log
 from kafka_txn_sink.commit_log.json_log import decision_name
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
-from kafka_txn_sink.records import Completion
+from kafka_txn_sink.protocol.messages import Completion
 from kafka_txn_sink.storage import S3Settings, S3Storage, open_storage
 from tests.conftest import S3_TEST_SECRET
 

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from kafka_txn_sink.coordinator import ONGOING, Coordinator
-from kafka_txn_sink.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from tests.e2e.harness import create_topics
 
 pytestmark = pytest.mark.kafka
@@ -49,9 +49,9 @@ def test_reported_triple_is_the_coordinators(kafka_bootstrap: str) -> None:
         sum(last - first + 1 for p in prepared.offsets[topic].values() for first, last in [p])
         == 100
     )
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        state = coordinator.describe([txn_id])[txn_id]
-        coordinator.end_transactions([prepared.triple], commit=False, deadline_s=30)
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        state = txn_admin.describe([txn_id])[txn_id]
+        txn_admin.end_transactions([prepared.triple], commit=False, deadline_s=30)
     assert state.state == ONGOING
     assert state.triple == prepared.triple
 
@@ -69,6 +69,6 @@ def test_hundreds_of_prepared_transactions_leak_nothing(kafka_bootstrap: str) ->
 
     assert native_threads() <= threads + 2, "producer threads outlive their tasks"
     assert open_files() <= files + 4, "sockets or pipes outlive their tasks"
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        last = coordinator.describe([txn_id])[txn_id]
-        coordinator.end_transactions([last.triple], commit=False, deadline_s=30)
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        last = txn_admin.describe([txn_id])[txn_id]
+        txn_admin.end_transactions([last.triple], commit=False, deadline_s=30)

@@ -16,9 +16,9 @@ import pytest
 
 from kafka_txn_sink import cli
 from kafka_txn_sink.commit_log import JsonCommitLog
-from kafka_txn_sink.file_sink import FileSink, LocalFileSink, open_file_sink
-from kafka_txn_sink.records import Decision, FileRef, Participant, SinkMeta
+from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant, SinkMeta
 from kafka_txn_sink.storage import LocalStorage, S3Settings
+from kafka_txn_sink.storage.files import FileSink, LocalFileSink, open_file_sink
 
 HOUR_S = 3600
 REFERENCED = [

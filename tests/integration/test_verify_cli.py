@@ -22,14 +22,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql.types import StringType, StructField, StructType
 
 from kafka_txn_sink import cli
-from kafka_txn_sink.avro_files import FileNaming, FileSet, plan_files
 from kafka_txn_sink.commit_log import CommitLog, LogFormat, open_commit_log
-from kafka_txn_sink.coordinator import Coordinator
-from kafka_txn_sink.file_sink import FileSink, LocalFileSink, open_file_sink
-from kafka_txn_sink.files_mode import reference
-from kafka_txn_sink.producer import TaskTransaction, producer_config
-from kafka_txn_sink.records import Completion, Decision, FileRef, Participant, SinkMeta
+from kafka_txn_sink.files.references import reference
+from kafka_txn_sink.files.writer import FileNaming, FileSet, plan_files
+from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.txn_admin import TxnAdmin
+from kafka_txn_sink.protocol.messages import Completion, Decision, FileRef, Participant, SinkMeta
 from kafka_txn_sink.storage import S3Settings
+from kafka_txn_sink.storage.files import FileSink, LocalFileSink, open_file_sink
 from tests.conftest import S3_TEST_SECRET
 from tests.e2e.harness import create_topics
 
@@ -203,8 +203,8 @@ def commit_batch(bed: Bed, batch_id: int, tasks: Sequence[Task]) -> Decision:
         decided_at_ms=int(time.time() * 1000),
     )
     bed.log.put_decision(decision)
-    with Coordinator(bed.bootstrap, {}) as coordinator:
-        results = coordinator.end_transactions(
+    with TxnAdmin(bed.bootstrap, {}) as txn_admin:
+        results = txn_admin.end_transactions(
             [p.triple for p in participants], commit=True, deadline_s=30
         )
     assert all(r.ok for r in results), results
@@ -349,8 +349,8 @@ def test_a_record_outside_every_decided_batch_is_an_aborted_read(
     records_batches(bed, bed.ids)
     # Committed, but no decision names it: nothing of an undecided batch may be visible.
     undecided = prepare(bed, 2, 0, Task(records=["ghost-1", "ghost-2"]))
-    with Coordinator(bed.bootstrap, {}) as coordinator:
-        [result] = coordinator.end_transactions([undecided.triple], commit=True, deadline_s=30)
+    with TxnAdmin(bed.bootstrap, {}) as txn_admin:
+        [result] = txn_admin.end_transactions([undecided.triple], commit=True, deadline_s=30)
     assert result.ok
 
     code, body = run(capsys, bed.records_args())
@@ -392,8 +392,8 @@ def test_a_decided_but_incomplete_batch_is_said(
     try:
         code, body = run(capsys, [*bed.records_args(), "--stall-timeout-s", "5"])
     finally:
-        with Coordinator(bed.bootstrap, {}) as coordinator:
-            coordinator.end_transactions([participant.triple], commit=False, deadline_s=30)
+        with TxnAdmin(bed.bootstrap, {}) as txn_admin:
+            txn_admin.end_transactions([participant.triple], commit=False, deadline_s=30)
 
     # Its open transaction holds read_committed readers back at its first offset; the ends
     # taken at the start stop there, so the verification finishes and reports the loss.
@@ -575,8 +575,8 @@ def test_files_a_reference_published_twice(bed: Bed, capsys: pytest.CaptureFixtu
     prepared = txn.prepare()
     txn.detach()
     assert prepared is not None
-    with Coordinator(bed.bootstrap, {}) as coordinator:
-        coordinator.end_transactions([prepared.triple], commit=True, deadline_s=30)
+    with TxnAdmin(bed.bootstrap, {}) as txn_admin:
+        txn_admin.end_transactions([prepared.triple], commit=True, deadline_s=30)
 
     code, body = run(capsys, bed.files_args())
 

@@ -23,11 +23,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kafka_txn_sink.arrow_writer import bytes_list, record_columns, row_converter, send_batch
-from kafka_txn_sink.columns import plan_columns
 from kafka_txn_sink.errors import InputError
 from kafka_txn_sink.options import parse_options
-from kafka_txn_sink.writer import KafkaTxnStreamArrowWriter
+from kafka_txn_sink.protocol.stream_writer import KafkaTxnStreamArrowWriter
+from kafka_txn_sink.records.arrow import bytes_list, record_columns, row_converter, send_batch
+from kafka_txn_sink.records.columns import plan_columns
 
 HEADERS = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])

@@ -33,7 +33,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kafka_txn_sink.avro_files import (
+from kafka_txn_sink.errors import ConfigError, InputError, StagingError
+from kafka_txn_sink.files.avro_schema import (
+    Irreconcilable,
+    SchemaAggregator,
+    fingerprint,
+    schema_digest,
+)
+from kafka_txn_sink.files.writer import (
     CODECS,
     FileNaming,
     FilePlan,
@@ -42,9 +49,7 @@ from kafka_txn_sink.avro_files import (
     plan_files,
     store_schema,
 )
-from kafka_txn_sink.avro_schema import Irreconcilable, SchemaAggregator, fingerprint, schema_digest
-from kafka_txn_sink.errors import ConfigError, InputError, StagingError
-from kafka_txn_sink.file_sink import LocalFileSink
+from kafka_txn_sink.storage.files import LocalFileSink
 
 START = datetime(2026, 11, 21, 5, 0, tzinfo=timezone.utc)
 

@@ -46,7 +46,8 @@ from pyspark.sql.types import (
     _create_row,
 )
 
-from kafka_txn_sink.avro_schema import (
+from kafka_txn_sink.errors import InputError
+from kafka_txn_sink.files.avro_schema import (
     AvroType,
     Irreconcilable,
     SchemaAggregator,
@@ -59,7 +60,6 @@ from kafka_txn_sink.avro_schema import (
     schema_digest,
     spark_to_avro,
 )
-from kafka_txn_sink.errors import InputError
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

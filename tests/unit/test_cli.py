@@ -12,8 +12,14 @@ import pytest
 
 from kafka_txn_sink import cli
 from kafka_txn_sink.commit_log import JsonCommitLog
-from kafka_txn_sink.coordinator import ONGOING, TxnState
-from kafka_txn_sink.records import Completion, Decision, LostParticipant, Participant, SinkMeta
+from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnState
+from kafka_txn_sink.protocol.messages import (
+    Completion,
+    Decision,
+    LostParticipant,
+    Participant,
+    SinkMeta,
+)
 from kafka_txn_sink.storage import LocalStorage
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
-from kafka_txn_sink.committer import Committer
-from kafka_txn_sink.coordinator import ONGOING, EndTxnResult, TxnState
 from kafka_txn_sink.errors import (
     KafkaTxnSinkError,
     ParticipantNotCommittableError,
@@ -24,9 +22,11 @@ from kafka_txn_sink.errors import (
     TransactionLostError,
     TransactionTooOldError,
 )
+from kafka_txn_sink.kafka.txn_admin import ONGOING, EndTxnResult, TxnState
 from kafka_txn_sink.options import parse_options
-from kafka_txn_sink.records import TaskCommit, Triple
-from kafka_txn_sink.recovery import Settler
+from kafka_txn_sink.protocol.complete import Settler
+from kafka_txn_sink.protocol.decide import Committer
+from kafka_txn_sink.protocol.messages import TaskCommit, Triple
 
 SINK = "orders"
 QUERY = "query-a"
@@ -88,7 +88,7 @@ class FakeCluster:
 @dataclass
 class Driver:
     log: CommitLog
-    coordinator: FakeCoordinator
+    txn_admin: FakeCoordinator
     cluster: FakeCluster
     committer: Committer
 
@@ -106,10 +106,10 @@ def driver(tmp_path: Path) -> Driver:
         }
     ).with_transaction_timeout(60_000)
     log = open_commit_log(options.commit_log)
-    coordinator, cluster = FakeCoordinator(), FakeCluster()
-    settler = Settler(SINK, log, coordinator, cluster, deadline_s=1)  # type: ignore[arg-type]
-    committer = Committer(options, log, coordinator, settler)  # type: ignore[arg-type]
-    return Driver(log, coordinator, cluster, committer)
+    txn_admin, cluster = FakeCoordinator(), FakeCluster()
+    settler = Settler(SINK, log, txn_admin, cluster, deadline_s=1)  # type: ignore[arg-type]
+    committer = Committer(options, log, txn_admin, settler)  # type: ignore[arg-type]
+    return Driver(log, txn_admin, cluster, committer)
 
 
 def prepared(
@@ -127,12 +127,12 @@ def prepared(
         producer_epoch=epoch,
         offsets={"out": {partition: (batch * 10, batch * 10 + 9)}},
     )
-    driver.coordinator.open(task.triple)
+    driver.txn_admin.open(task.triple)
     return task
 
 
 def ends(driver: Driver, commit: bool) -> list[Triple]:
-    return [t for kind, c, triples in driver.coordinator.calls if c is commit for t in triples]
+    return [t for kind, c, triples in driver.txn_admin.calls if c is commit for t in triples]
 
 
 def test_commit_decides_then_commits_every_participant(driver: Driver) -> None:
@@ -149,18 +149,18 @@ def test_commit_decides_then_commits_every_participant(driver: Driver) -> None:
 
 def test_query_id_is_checked_before_the_already_decided_shortcut(driver: Driver) -> None:
     driver.committer.commit([prepared(driver, 0, 0)], 0)
-    driver.coordinator.calls.clear()
+    driver.txn_admin.calls.clear()
 
     with pytest.raises(QueryIdMismatchError, match="checkpoint was deleted or replaced"):
         driver.committer.commit([prepared(driver, 0, 0, epoch=1, query="query-b")], 0)
 
-    assert driver.coordinator.calls == []
+    assert driver.txn_admin.calls == []
 
 
 def test_a_decided_batch_is_rolled_forward_and_new_attempts_aborted(driver: Driver) -> None:
     first = prepared(driver, 0, 0)
     driver.committer.commit([first], 0)
-    driver.coordinator.calls.clear()
+    driver.txn_admin.calls.clear()
     retry = prepared(driver, 0, 0, epoch=1)  # a later run of the same batch
 
     driver.committer.commit([retry], 0)
@@ -174,12 +174,12 @@ def test_a_missing_message_fails_the_batch_before_anything(driver: Driver) -> No
         driver.committer.commit([prepared(driver, 0, 0), None], 0)
 
     assert driver.log.decision(0) is None
-    assert driver.coordinator.calls == []
+    assert driver.txn_admin.calls == []
 
 
 def test_a_fenced_participant_leaves_the_batch_undecided(driver: Driver) -> None:
     tasks = [prepared(driver, 0, 0), prepared(driver, 0, 1)]
-    driver.coordinator.open(Triple(f"{SINK}-1", 101, 1))  # fenced: epoch bumped
+    driver.txn_admin.open(Triple(f"{SINK}-1", 101, 1))  # fenced: epoch bumped
 
     with pytest.raises(ParticipantNotCommittableError, match="partition 1"):
         driver.committer.commit(tasks, 0)
@@ -190,7 +190,7 @@ def test_a_fenced_participant_leaves_the_batch_undecided(driver: Driver) -> None
 
 def test_a_transaction_without_enough_time_left_is_too_old(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
-    driver.coordinator.open(task.triple, start_ms=int(time.time() * 1000) - 59_000)
+    driver.txn_admin.open(task.triple, start_ms=int(time.time() * 1000) - 59_000)
 
     with pytest.raises(TransactionTooOldError, match=r"maxOffsetsPerTrigger.*transaction\.max"):
         driver.committer.commit([task], 0)
@@ -200,7 +200,7 @@ def test_a_transaction_without_enough_time_left_is_too_old(driver: Driver) -> No
 
 def test_an_endtxn_error_with_the_rows_visible_is_not_a_loss(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
-    driver.coordinator.failing[task.triple] = "ProducerFencedError"
+    driver.txn_admin.failing[task.triple] = "ProducerFencedError"
     driver.cluster.visible = True
 
     driver.committer.commit([task], 0)
@@ -212,7 +212,7 @@ def test_an_endtxn_error_with_the_rows_visible_is_not_a_loss(driver: Driver) -> 
 
 def test_a_real_loss_is_recorded_and_raised_once(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
-    driver.coordinator.failing[task.triple] = "ProducerFencedError"
+    driver.txn_admin.failing[task.triple] = "ProducerFencedError"
     driver.cluster.visible = False
 
     with pytest.raises(TransactionLostError, match=r"batch 0 .*Spark partition 0"):
@@ -226,7 +226,7 @@ def test_a_real_loss_is_recorded_and_raised_once(driver: Driver) -> None:
 
 def test_an_unsettled_fate_writes_no_completion(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
-    driver.coordinator.failing[task.triple] = "deadline exceeded"
+    driver.txn_admin.failing[task.triple] = "deadline exceeded"
     driver.cluster.visible = None
 
     with pytest.raises(TransactionCompletionError):
@@ -238,11 +238,11 @@ def test_an_unsettled_fate_writes_no_completion(driver: Driver) -> None:
 
 def test_abort_never_touches_a_decided_participant(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
-    driver.coordinator.failing[task.triple] = "deadline exceeded"
+    driver.txn_admin.failing[task.triple] = "deadline exceeded"
     driver.cluster.visible = None
     with pytest.raises(TransactionCompletionError):
         driver.committer.commit([task], 0)
-    driver.coordinator.calls.clear()
+    driver.txn_admin.calls.clear()
     stray = prepared(driver, 0, 1)
 
     driver.committer.abort([task, stray], 0)
@@ -261,8 +261,8 @@ def test_abort_of_an_undecided_batch_aborts_its_prepared_transactions(driver: Dr
 def test_clean_up_aborts_leftovers_of_this_sink_only(driver: Driver) -> None:
     leftover = Triple(f"{SINK}-7", 7, 0)
     other_sink = Triple(f"{SINK}_b-0", 9, 0)
-    driver.coordinator.open(leftover)
-    driver.coordinator.open(other_sink)
+    driver.txn_admin.open(leftover)
+    driver.txn_admin.open(other_sink)
 
     driver.committer.commit([prepared(driver, 0, 0)], 0)
 
@@ -271,7 +271,7 @@ def test_clean_up_aborts_leftovers_of_this_sink_only(driver: Driver) -> None:
 
 
 def test_clean_up_never_raises(driver: Driver) -> None:
-    driver.coordinator.list_fails = True
-    driver.coordinator.open(Triple(f"{SINK}-0", 5, 0))
+    driver.txn_admin.list_fails = True
+    driver.txn_admin.open(Triple(f"{SINK}-0", 5, 0))
 
     driver.committer.abort([None], 0)  # falls back to the ids the log knows; no error

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError
 
-from kafka_txn_sink.producer import _Deliveries
+from kafka_txn_sink.kafka.producer import _Deliveries
 
 
 @dataclass

@@ -26,7 +26,7 @@ from kafka_txn_sink.commit_log import delta_log as delta_module
 from kafka_txn_sink.commit_log.delta_log import APP_IDS, SCHEMA, TABLE_PROPERTIES, DeltaCommitLog
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError, ConfigError
 from kafka_txn_sink.options import parse_options
-from kafka_txn_sink.records import Completion, LostParticipant, Republish, SinkMeta
+from kafka_txn_sink.protocol.messages import Completion, LostParticipant, Republish, SinkMeta
 from kafka_txn_sink.storage import LocalStorage, S3Settings
 
 OPTIONS = {"kafka.bootstrap.servers": "127.0.0.1:9092", "sinkId": "orders", "commitLog": "/tmp/l"}

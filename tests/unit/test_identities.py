@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_txn_sink.identities import (
+from kafka_txn_sink.protocol.txn_ids import (
     id_pattern,
     owns,
     partition_of,

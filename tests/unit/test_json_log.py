@@ -13,7 +13,13 @@ import pytest
 from kafka_txn_sink.commit_log import CommitLog, JsonCommitLog, LogFormat, open_commit_log
 from kafka_txn_sink.commit_log.json_log import HINT, completion_name, decision_name
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
-from kafka_txn_sink.records import Completion, Decision, LostParticipant, Participant, SinkMeta
+from kafka_txn_sink.protocol.messages import (
+    Completion,
+    Decision,
+    LostParticipant,
+    Participant,
+    SinkMeta,
+)
 from kafka_txn_sink.storage import LocalStorage, S3Settings
 
 

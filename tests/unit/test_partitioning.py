@@ -22,7 +22,7 @@ from pyspark.sql.types import (
 )
 
 from kafka_txn_sink.errors import ConfigError, InputError
-from kafka_txn_sink.partitioning import (
+from kafka_txn_sink.files.partitioning import (
     HIVE_DEFAULT_PARTITION,
     PartitionSpec,
     TimePattern,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.file_sink import PendingUpload, StoredFile
-from kafka_txn_sink.vacuum import VacuumPlan, check_retention, plan_vacuum
+from kafka_txn_sink.files.vacuum import VacuumPlan, check_retention, plan_vacuum
+from kafka_txn_sink.storage.files import PendingUpload, StoredFile
 
 NOW_S = 1_800_000_000.0
 HOUR = 3600.0

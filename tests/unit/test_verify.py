@@ -14,10 +14,10 @@ from confluent_kafka import KafkaError, TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_txn_sink import cli, cli_verify
+from kafka_txn_sink import cli
+from kafka_txn_sink.cli import verify as cli_verify
 from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
-from kafka_txn_sink.file_sink import StoredFile
-from kafka_txn_sink.records import (
+from kafka_txn_sink.protocol.messages import (
     Completion,
     Decision,
     FileRef,
@@ -25,13 +25,14 @@ from kafka_txn_sink.records import (
     OffsetRanges,
     Participant,
 )
+from kafka_txn_sink.storage.files import StoredFile
 from kafka_txn_sink.verify import VerifySpec, compare_ids
-from kafka_txn_sink.verify_checkpoint import read_checkpoint
-from kafka_txn_sink.verify_files import classify_stored, parse_file_name
-from kafka_txn_sink.verify_ids import IdSource, IdStore, compare
-from kafka_txn_sink.verify_kafka import Chunk, KafkaReader, PartitionRange
-from kafka_txn_sink.verify_log import BatchCounter, BatchView, LogView, OffsetIndex
-from kafka_txn_sink.verify_report import (
+from kafka_txn_sink.verify.checkpoint import read_checkpoint
+from kafka_txn_sink.verify.files import classify_stored, parse_file_name
+from kafka_txn_sink.verify.ids import IdSource, IdStore, compare
+from kafka_txn_sink.verify.kafka import Chunk, KafkaReader, PartitionRange
+from kafka_txn_sink.verify.log import BatchCounter, BatchView, LogView, OffsetIndex
+from kafka_txn_sink.verify.report import (
     IdsReport,
     InputReport,
     RecordList,

@@ -25,8 +25,8 @@ from kafka_txn_sink.commit_log import LOG_FORMATS
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.storage import S3Settings
 from kafka_txn_sink.verify import VerifySpec, verify
-from kafka_txn_sink.verify_kafka import NoProgress, Progress, ProgressTask
-from kafka_txn_sink.verify_report import Payload, VerifyReport
+from kafka_txn_sink.verify.kafka import NoProgress, Progress, ProgressTask
+from kafka_txn_sink.verify.report import Payload, VerifyReport
 
 DEFAULT_MAX_PRINT = 20
 DEFAULT_TIMEOUT_MS = 10_000

@@ -16,7 +16,7 @@ from typing import Any
 
 from kafka_txn_sink.errors import ConfigError, KafkaTxnSinkError
 from kafka_txn_sink.storage import S3Settings, Storage, open_storage, parse_location
-from kafka_txn_sink.verify_kafka import Offsets
+from kafka_txn_sink.verify.kafka import Offsets
 
 _BATCH = re.compile(r"^(commits|offsets)/(\d+)$")
 _SOURCE_START = re.compile(r"^sources/\d+/0$")

@@ -18,8 +18,8 @@ from typing import Protocol
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from kafka_txn_sink.cluster import client_config
 from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
+from kafka_txn_sink.kafka.cluster import client_config
 
 CHUNK = 20_000  # messages handed over at a time
 _POLL_S = 0.5

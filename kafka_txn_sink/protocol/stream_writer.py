@@ -20,27 +20,27 @@ from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from kafka_txn_sink import failpoints
-from kafka_txn_sink.arrow_writer import (
+from kafka_txn_sink.commit_log import CommitLog, open_commit_log
+from kafka_txn_sink.errors import ConfigError, InputError
+from kafka_txn_sink.files.references import reference
+from kafka_txn_sink.files.writer import FileNaming, FilePlan, FileSet, WrittenFile
+from kafka_txn_sink.kafka.cluster import discard_cluster, shared_cluster
+from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.txn_admin import TxnAdmin, discard_txn_admin, shared_txn_admin
+from kafka_txn_sink.options import SinkOptions
+from kafka_txn_sink.protocol.complete import Settler
+from kafka_txn_sink.protocol.decide import CleanupSchedule, Committer, query_id_mismatch
+from kafka_txn_sink.protocol.messages import TaskCommit
+from kafka_txn_sink.protocol.txn_ids import transactional_id
+from kafka_txn_sink.records.arrow import (
     ARROW_WRITER_AVAILABLE,
     ArrowStreamWriterBase,
     record_columns,
     row_converter,
     send_batch,
 )
-from kafka_txn_sink.avro_files import FileNaming, FilePlan, FileSet, WrittenFile
-from kafka_txn_sink.cluster import discard_cluster, shared_cluster
-from kafka_txn_sink.columns import Columns, as_bytes, as_headers
-from kafka_txn_sink.commit_log import CommitLog, open_commit_log
-from kafka_txn_sink.committer import CleanupSchedule, Committer, query_id_mismatch
-from kafka_txn_sink.coordinator import Coordinator, discard_coordinator, shared_coordinator
-from kafka_txn_sink.errors import ConfigError, InputError
-from kafka_txn_sink.file_sink import open_file_sink
-from kafka_txn_sink.files_mode import reference
-from kafka_txn_sink.identities import transactional_id
-from kafka_txn_sink.options import SinkOptions
-from kafka_txn_sink.producer import TaskTransaction, producer_config
-from kafka_txn_sink.records import TaskCommit
-from kafka_txn_sink.recovery import Settler
+from kafka_txn_sink.records.columns import Columns, as_bytes, as_headers
+from kafka_txn_sink.storage.files import open_file_sink
 
 log = logging.getLogger(__name__)
 
@@ -186,9 +186,9 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         schedule = cleanup_schedule(self.options)
-        with driver_session(self.options) as (commit_log, coordinator, settler):
+        with driver_session(self.options) as (commit_log, txn_admin, settler):
             try:
-                Committer(self.options, commit_log, coordinator, settler, schedule).commit(
+                Committer(self.options, commit_log, txn_admin, settler, schedule).commit(
                     messages, batchId
                 )
             except BaseException:
@@ -197,8 +197,8 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         cleanup_schedule(self.options).make_due("a batch was aborted")
-        with driver_session(self.options) as (commit_log, coordinator, settler):
-            Committer(self.options, commit_log, coordinator, settler).abort(messages, batchId)
+        with driver_session(self.options) as (commit_log, txn_admin, settler):
+            Committer(self.options, commit_log, txn_admin, settler).abort(messages, batchId)
 
 
 class KafkaTxnStreamArrowWriter(KafkaTxnStreamWriter):
@@ -250,7 +250,7 @@ def stream_writer_class() -> type[KafkaTxnStreamWriter]:
 
 
 @contextmanager
-def driver_session(options: SinkOptions) -> Iterator[tuple[CommitLog, Coordinator, Settler]]:
+def driver_session(options: SinkOptions) -> Iterator[tuple[CommitLog, TxnAdmin, Settler]]:
     """The clients one driver step needs.
 
     They are shared by every step of this process (Spark reuses its planner and commit-worker
@@ -258,18 +258,18 @@ def driver_session(options: SinkOptions) -> Iterator[tuple[CommitLog, Coordinato
     starts from fresh connections.
     """
     commit_log = driver_commit_log(options)
-    coordinator = shared_coordinator(
+    txn_admin = shared_txn_admin(
         options.bootstrap_servers, options.kafka, options.commit_timeout_ms
     )
     cluster = shared_cluster(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
     try:
         yield (
             commit_log,
-            coordinator,
-            Settler.for_options(options, commit_log, coordinator, cluster),
+            txn_admin,
+            Settler.for_options(options, commit_log, txn_admin, cluster),
         )
     except BaseException:
-        discard_coordinator(coordinator)
+        discard_txn_admin(txn_admin)
         discard_cluster(cluster)
         _forget_commit_log(options)
         raise

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.file_sink import PendingUpload, StoredFile
+from kafka_txn_sink.storage.files import PendingUpload, StoredFile
 
 SCHEMAS_DIR = "_schemas/"
 DATA_SUFFIX = ".avro"

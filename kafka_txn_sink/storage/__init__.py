@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlparse
 
 from kafka_txn_sink.errors import CommitLogError
-from kafka_txn_sink.s3 import S3Prefix, S3Settings
+from kafka_txn_sink.storage.s3 import S3Prefix, S3Settings
 
 __all__ = [
     "LocalStorage",

@@ -12,23 +12,23 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
-from kafka_txn_sink.cluster import Cluster, discard_cluster, shared_cluster
-from kafka_txn_sink.columns import plan_columns
 from kafka_txn_sink.commit_log import CommitLog
-from kafka_txn_sink.coordinator import Coordinator, discard_coordinator, shared_coordinator
 from kafka_txn_sink.errors import ConfigError, KafkaTxnSinkError
-from kafka_txn_sink.identities import owns, transactional_id
+from kafka_txn_sink.kafka.cluster import Cluster, discard_cluster, shared_cluster
+from kafka_txn_sink.kafka.producer import producer_config
+from kafka_txn_sink.kafka.txn_admin import TxnAdmin, discard_txn_admin, shared_txn_admin
 from kafka_txn_sink.options import SinkOptions, parse_options
-from kafka_txn_sink.producer import producer_config
-from kafka_txn_sink.records import SinkMeta
-from kafka_txn_sink.recovery import Settler
-from kafka_txn_sink.storage import open_storage
-from kafka_txn_sink.writer import (
+from kafka_txn_sink.protocol.complete import Settler
+from kafka_txn_sink.protocol.messages import SinkMeta
+from kafka_txn_sink.protocol.stream_writer import (
     KafkaTxnStreamArrowWriter,
     KafkaTxnStreamWriter,
     driver_commit_log,
     stream_writer_class,
 )
+from kafka_txn_sink.protocol.txn_ids import owns, transactional_id
+from kafka_txn_sink.records.columns import plan_columns
+from kafka_txn_sink.storage import open_storage
 
 log = logging.getLogger(__name__)
 
@@ -67,19 +67,19 @@ class KafkaTxnDataSource(DataSource):
             options = resolve_against_cluster(options, cluster)
             check_producer_settings(options)
             commit_log = driver_commit_log(options)
-            coordinator = shared_coordinator(
+            txn_admin = shared_txn_admin(
                 options.bootstrap_servers, options.kafka, options.commit_timeout_ms
             )
         except BaseException:
             discard_cluster(cluster)
             raise
         try:
-            claim_log(options, commit_log, coordinator)
-            Settler.for_options(options, commit_log, coordinator, cluster).roll_forward_incomplete()
+            claim_log(options, commit_log, txn_admin)
+            Settler.for_options(options, commit_log, txn_admin, cluster).roll_forward_incomplete()
             latest = commit_log.latest_decision()
         except BaseException:
             discard_cluster(cluster)
-            discard_coordinator(coordinator)
+            discard_txn_admin(txn_admin)
             raise
         log_query_id = latest.query_id if latest else None
         last_decided = latest.batch_id if latest else None
@@ -149,7 +149,7 @@ def check_producer_settings(options: SinkOptions) -> None:
     _CHECKED_PRODUCER_SETTINGS.add(key)
 
 
-def claim_log(options: SinkOptions, commit_log: CommitLog, coordinator: Coordinator) -> None:
+def claim_log(options: SinkOptions, commit_log: CommitLog, txn_admin: TxnAdmin) -> None:
     """Make sure the log belongs to this sink, creating it on the sink's first start.
 
     Raises:
@@ -159,7 +159,7 @@ def claim_log(options: SinkOptions, commit_log: CommitLog, coordinator: Coordina
     meta = commit_log.sink_meta()
     if meta is None:
         _probe_storage(options)
-        known = _known_ids(options.sink_id, coordinator)
+        known = _known_ids(options.sink_id, txn_admin)
         if known:
             raise ConfigError(
                 f"commit log {options.commit_log} is empty, but the brokers already know "
@@ -203,12 +203,12 @@ def _probe_storage(options: SinkOptions) -> None:
         probe()
 
 
-def _known_ids(sink_id: str, coordinator: Coordinator) -> list[str]:
+def _known_ids(sink_id: str, txn_admin: TxnAdmin) -> list[str]:
     try:
-        return [i for i in coordinator.list_ids() if owns(sink_id, i)]
+        return [i for i in txn_admin.list_ids() if owns(sink_id, i)]
     except KafkaTxnSinkError:
         ids = [transactional_id(sink_id, p) for p in range(_PROBED_IDS_WITHOUT_LISTING)]
-        return sorted(i for i, s in coordinator.describe(ids).items() if s.state != "NotFound")
+        return sorted(i for i, s in txn_admin.describe(ids).items() if s.state != "NotFound")
 
 
 def _now_ms() -> int:

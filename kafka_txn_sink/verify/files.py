@@ -23,15 +23,15 @@ import fastavro
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kafka_txn_sink.errors import StagingError
-from kafka_txn_sink.file_sink import StoredFile, open_file_sink
-from kafka_txn_sink.files_mode import parse_reference
-from kafka_txn_sink.records import FileRef
-from kafka_txn_sink.s3 import S3Settings, code_of, make_client, status_of
+from kafka_txn_sink.files.references import parse_reference
+from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.storage import parse_location
-from kafka_txn_sink.verify_ids import IdStore, compare, id_bytes
-from kafka_txn_sink.verify_kafka import Chunk, Progress
-from kafka_txn_sink.verify_log import BatchCounter, LogView, OffsetIndex
-from kafka_txn_sink.verify_report import FilesReport, IdsReport, Payload, RecordList
+from kafka_txn_sink.storage.files import StoredFile, open_file_sink
+from kafka_txn_sink.storage.s3 import S3Settings, code_of, make_client, status_of
+from kafka_txn_sink.verify.ids import IdStore, compare, id_bytes
+from kafka_txn_sink.verify.kafka import Chunk, Progress
+from kafka_txn_sink.verify.log import BatchCounter, LogView, OffsetIndex
+from kafka_txn_sink.verify.report import FilesReport, IdsReport, Payload, RecordList
 
 SCHEMAS_DIR = "_schemas/"
 # avro_files.FileNaming: part-{batch:010d}-{partition:05d}-{attempt:03d}-{seq:05d}-{token}.avro

@@ -14,17 +14,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kafka_txn_sink import failpoints
-from kafka_txn_sink.cluster import Cluster
 from kafka_txn_sink.commit_log import CommitLog
-from kafka_txn_sink.coordinator import ONGOING, Coordinator, EndTxnResult
 from kafka_txn_sink.errors import (
     KafkaTxnSinkError,
     TransactionCompletionError,
     TransactionLostError,
 )
-from kafka_txn_sink.identities import owns, republish_id, transactional_id
+from kafka_txn_sink.files.republish import Republisher
+from kafka_txn_sink.kafka.cluster import Cluster
+from kafka_txn_sink.kafka.txn_admin import ONGOING, EndTxnResult, TxnAdmin
 from kafka_txn_sink.options import SinkOptions
-from kafka_txn_sink.records import (
+from kafka_txn_sink.protocol.messages import (
     Completion,
     Decision,
     LostParticipant,
@@ -33,7 +33,7 @@ from kafka_txn_sink.records import (
     Republish,
     Triple,
 )
-from kafka_txn_sink.republish import Republisher
+from kafka_txn_sink.protocol.txn_ids import owns, republish_id, transactional_id
 
 log = logging.getLogger(__name__)
 
@@ -55,27 +55,27 @@ class Settler:
         self,
         sink_id: str,
         commit_log: CommitLog,
-        coordinator: Coordinator,
+        txn_admin: TxnAdmin,
         cluster: Cluster,
         deadline_s: float,
         republisher: Republisher | None = None,
     ):
         self._sink_id = sink_id
         self._log = commit_log
-        self._coordinator = coordinator
+        self._txn_admin = txn_admin
         self._cluster = cluster
         self._deadline_s = deadline_s
         self._republisher = republisher
 
     @classmethod
     def for_options(
-        cls, options: SinkOptions, commit_log: CommitLog, coordinator: Coordinator, cluster: Cluster
+        cls, options: SinkOptions, commit_log: CommitLog, txn_admin: TxnAdmin, cluster: Cluster
     ) -> Settler:
         """The settler of a running sink: its deadlines, and republishing in files mode."""
         return cls(
             options.sink_id,
             commit_log,
-            coordinator,
+            txn_admin,
             cluster,
             options.commit_timeout_ms / 1000,
             Republisher.for_options(options),
@@ -122,7 +122,7 @@ class Settler:
         return done
 
     def abort(self, triples: Iterable[Triple]) -> list[EndTxnResult]:
-        return self._coordinator.end_transactions(
+        return self._txn_admin.end_transactions(
             triples, commit=False, deadline_s=self._deadline_s
         )
 
@@ -198,7 +198,7 @@ class Settler:
 
     def _commit_one(self, triple: Triple, offsets: OffsetRanges, what: str) -> bool:
         """Commit one transaction: True if it is committed, False if the broker aborted it."""
-        [result] = self._coordinator.end_transactions(
+        [result] = self._txn_admin.end_transactions(
             [triple], commit=True, deadline_s=self._deadline_s
         )
         return result.ok or self._visible(triple, offsets, f"{what} {result.error}")
@@ -207,11 +207,11 @@ class Settler:
         participants = list(decision.participants)
         if not participants:
             return []
-        first = self._coordinator.end_transactions(
+        first = self._txn_admin.end_transactions(
             [participants[0].triple], commit=True, deadline_s=self._deadline_s
         )
         failpoints.fire("driver.after_first_endtxn", decision.batch_id)
-        rest = self._coordinator.end_transactions(
+        rest = self._txn_admin.end_transactions(
             [p.triple for p in participants[1:]], commit=True, deadline_s=self._deadline_s
         )
         results = {r.triple: r for r in [*first, *rest]}
@@ -243,13 +243,13 @@ class Settler:
 
     def _open_triples(self) -> list[Triple]:
         try:
-            ids = [i for i in self._coordinator.list_ids([ONGOING]) if owns(self._sink_id, i)]
+            ids = [i for i in self._txn_admin.list_ids([ONGOING]) if owns(self._sink_id, i)]
         except KafkaTxnSinkError:
             # No DESCRIBE on the cluster: probe the ids the log says this sink has used.
             ids = [
                 transactional_id(self._sink_id, p) for p in range(self._log.max_partition_count())
             ] + [republish_id(self._sink_id)]
-        states = self._coordinator.describe(ids)
+        states = self._txn_admin.describe(ids)
         return [s.triple for s in states.values() if s.state == ONGOING]
 
     def _incomplete_triples(self) -> set[Triple]:

@@ -34,20 +34,25 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kafka_txn_sink import cli_verify
-from kafka_txn_sink.cluster import Cluster
+from kafka_txn_sink.cli import verify as cli_verify
 from kafka_txn_sink.commit_log import LOG_FORMATS, CommitLog, detect_format, open_commit_log
-from kafka_txn_sink.coordinator import ONGOING, Coordinator, TxnState
 from kafka_txn_sink.errors import KafkaTxnSinkError, StagingError, TransactionCompletionError
-from kafka_txn_sink.file_sink import FileSink, PendingUpload, S3FileSink, open_file_sink
-from kafka_txn_sink.files_mode import DEFAULT_SCHEMA_INLINE_MAX_BYTES
-from kafka_txn_sink.identities import owns, transactional_id, validate_sink_id
+from kafka_txn_sink.files.references import DEFAULT_SCHEMA_INLINE_MAX_BYTES
+from kafka_txn_sink.files.republish import Republisher
+from kafka_txn_sink.files.vacuum import (
+    VacuumPlan,
+    check_retention,
+    plan_vacuum,
+    referenced_locations,
+)
+from kafka_txn_sink.kafka.cluster import Cluster
+from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin, TxnState
 from kafka_txn_sink.options import is_secret
-from kafka_txn_sink.records import Completion, Decision, Triple
-from kafka_txn_sink.recovery import Settler
-from kafka_txn_sink.republish import Republisher
+from kafka_txn_sink.protocol.complete import Settler
+from kafka_txn_sink.protocol.messages import Completion, Decision, Triple
+from kafka_txn_sink.protocol.txn_ids import owns, transactional_id, validate_sink_id
 from kafka_txn_sink.storage import S3Settings
-from kafka_txn_sink.vacuum import VacuumPlan, check_retention, plan_vacuum, referenced_locations
+from kafka_txn_sink.storage.files import FileSink, PendingUpload, S3FileSink, open_file_sink
 
 PROG = "kafka-txn-sink"
 OK, REFUSED, CANNOT_RUN = 0, 1, 2
@@ -459,24 +464,24 @@ def _sink_id(args: argparse.Namespace, log_sink_id: str) -> str:
 
 
 @contextmanager
-def brokers(args: argparse.Namespace) -> Iterator[Coordinator]:
-    coordinator = Coordinator(args.bootstrap, _kafka_settings(args), args.timeout_ms)
+def brokers(args: argparse.Namespace) -> Iterator[TxnAdmin]:
+    txn_admin = TxnAdmin(args.bootstrap, _kafka_settings(args), args.timeout_ms)
     try:
-        yield coordinator
+        yield txn_admin
     finally:
-        coordinator.close()
+        txn_admin.close()
 
 
 def open_transactions(
-    coordinator: Coordinator, commit_log: CommitLog, sink_id: str
+    txn_admin: TxnAdmin, commit_log: CommitLog, sink_id: str
 ) -> list[TxnState]:
     """This sink's Ongoing transactions, ordered by transactional id."""
     try:
-        ids = [i for i in coordinator.list_ids([ONGOING]) if owns(sink_id, i)]
+        ids = [i for i in txn_admin.list_ids([ONGOING]) if owns(sink_id, i)]
     except KafkaTxnSinkError:
         # No DESCRIBE on the cluster: ask for the ids the log says this sink has used.
         ids = [transactional_id(sink_id, p) for p in range(commit_log.max_partition_count())]
-    states = coordinator.describe(ids).values()
+    states = txn_admin.describe(ids).values()
     return sorted((s for s in states if s.state == ONGOING), key=lambda s: s.transactional_id)
 
 
@@ -517,12 +522,12 @@ def _txn_json(state: TxnState, held: Mapping[Triple, int], now_ms: int) -> Paylo
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
     commit_log, log_sink_id = open_log(args)
     sink_id = _sink_id(args, log_sink_id)
-    with brokers(args) as coordinator:
+    with brokers(args) as txn_admin:
         latest = commit_log.latest_decision()
         pending = incomplete_decisions(commit_log)
         incomplete = [d.batch_id for d in pending]
         now = _now_ms()
-        txns = open_transactions(coordinator, commit_log, sink_id)
+        txns = open_transactions(txn_admin, commit_log, sink_id)
     held = holders(pending)
     payload = {
         "sink_id": sink_id,
@@ -600,11 +605,11 @@ class Plan:
 
 
 def plan_recovery(
-    commit_log: CommitLog, coordinator: Coordinator, sink_id: str, timeout_ms: int, now_ms: int
+    commit_log: CommitLog, txn_admin: TxnAdmin, sink_id: str, timeout_ms: int, now_ms: int
 ) -> Plan:
     pending = incomplete_decisions(commit_log)
     held = holders(pending)
-    txns = open_transactions(coordinator, commit_log, sink_id)
+    txns = open_transactions(txn_admin, commit_log, sink_id)
     stale = [t for t in txns if t.triple not in held]
     return Plan(
         pending, stale, alive_because(commit_log.latest_decision(), txns, timeout_ms, now_ms)
@@ -633,16 +638,16 @@ def cmd_recover(args: argparse.Namespace, out: Output) -> int:
     commit_log, log_sink_id = open_log(args)
     sink_id = _sink_id(args, log_sink_id)
     republisher = _republisher(args, sink_id)
-    with brokers(args) as coordinator:
+    with brokers(args) as txn_admin:
         now = _now_ms()
-        plan = plan_recovery(commit_log, coordinator, sink_id, args.transaction_timeout_ms, now)
+        plan = plan_recovery(commit_log, txn_admin, sink_id, args.transaction_timeout_ms, now)
         payload = _plan_json(plan, sink_id, args, now)
         if not args.execute or (plan.alive_because and not args.force):
             out.emit(payload, _render_recover)
             return REFUSED if args.execute else OK
         cluster = Cluster(args.bootstrap, _kafka_settings(args), args.timeout_ms)
         settler = Settler(
-            sink_id, commit_log, coordinator, cluster, END_TXN_DEADLINE_S, republisher
+            sink_id, commit_log, txn_admin, cluster, END_TXN_DEADLINE_S, republisher
         )
         payload["result"] = execute(plan, commit_log, settler)
     out.emit(payload, _render_recover)

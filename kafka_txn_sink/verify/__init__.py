@@ -27,10 +27,10 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat, detect_format, open_commit_log
 from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
 from kafka_txn_sink.storage import S3Settings
-from kafka_txn_sink.verify_checkpoint import read_checkpoint
-from kafka_txn_sink.verify_files import FileChecks, FilesSpec, ReferenceSeen, take_references
-from kafka_txn_sink.verify_ids import IdSource, IdStore, compare
-from kafka_txn_sink.verify_kafka import (
+from kafka_txn_sink.verify.checkpoint import read_checkpoint
+from kafka_txn_sink.verify.files import FileChecks, FilesSpec, ReferenceSeen, take_references
+from kafka_txn_sink.verify.ids import IdSource, IdStore, compare
+from kafka_txn_sink.verify.kafka import (
     Chunk,
     KafkaReader,
     NoProgress,
@@ -40,8 +40,8 @@ from kafka_txn_sink.verify_kafka import (
     Watermarks,
     offsets_json,
 )
-from kafka_txn_sink.verify_log import BatchCounter, LogView, OffsetIndex
-from kafka_txn_sink.verify_report import (
+from kafka_txn_sink.verify.log import BatchCounter, LogView, OffsetIndex
+from kafka_txn_sink.verify.report import (
     FilesReport,
     IdsReport,
     InputReport,

@@ -21,8 +21,8 @@ from typing import Any, Protocol, TypeVar
 from boto3.s3.transfer import TransferConfig
 
 from kafka_txn_sink.errors import ConfigError, StagingError
-from kafka_txn_sink.s3 import S3Prefix, S3Settings
 from kafka_txn_sink.storage import fsync_path, make_dirs, parse_location, unlink_quietly
+from kafka_txn_sink.storage.s3 import S3Prefix, S3Settings
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from typing import IO, Any
 import numpy as np
 import pyarrow as pa
 
-from kafka_txn_sink.verify_ids import IdDiff, as_text, texts
+from kafka_txn_sink.verify.ids import IdDiff, as_text, texts
 
 Payload = dict[str, Any]
 

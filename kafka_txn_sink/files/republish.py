@@ -21,15 +21,15 @@ from typing import Any
 
 from fastavro import reader as avro_reader
 
-from kafka_txn_sink.avro_files import WrittenFile
 from kafka_txn_sink.errors import StagingError
-from kafka_txn_sink.file_sink import FileSink, open_file_sink
-from kafka_txn_sink.files_mode import Reference, reference
-from kafka_txn_sink.identities import republish_id
+from kafka_txn_sink.files.references import Reference, reference
+from kafka_txn_sink.files.writer import WrittenFile
+from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
 from kafka_txn_sink.options import SinkOptions
-from kafka_txn_sink.producer import TaskTransaction, producer_config
-from kafka_txn_sink.records import Decision, FileRef, Participant, Republish
+from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant, Republish
+from kafka_txn_sink.protocol.txn_ids import republish_id
 from kafka_txn_sink.storage import S3Settings
+from kafka_txn_sink.storage.files import FileSink, open_file_sink
 
 # The Avro header (magic, schema, codec, sync marker) is read in growing slices up to this.
 _HEADER_FIRST_BYTES = 64 * 1024

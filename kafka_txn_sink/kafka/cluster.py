@@ -12,8 +12,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from kafka_txn_sink.client_cache import ClientCache
 from kafka_txn_sink.errors import KafkaUnavailableError
+from kafka_txn_sink.kafka.client_cache import ClientCache
 
 MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
 # How long a shared Cluster trusts what it learnt: the brokers' transaction.max.timeout.ms and

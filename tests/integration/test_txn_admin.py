@@ -1,4 +1,4 @@
-"""The EndTxn client against Apache Kafka's own coordinator: what it commits, what it refuses.
+"""The EndTxn client against Apache Kafka's own txn_admin: what it commits, what it refuses.
 
 Each transaction here is opened by a separate process that exits without closing its producer,
 as a Spark task does; the test process then completes it as the driver does.
@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from kafka_txn_sink.cluster import Cluster
-from kafka_txn_sink.coordinator import NOT_FOUND, ONGOING, Coordinator
 from kafka_txn_sink.errors import KafkaTxnSinkError, KafkaUnavailableError
-from kafka_txn_sink.producer import TaskTransaction, producer_config
-from kafka_txn_sink.records import Triple
+from kafka_txn_sink.kafka.cluster import Cluster
+from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.txn_admin import NOT_FOUND, ONGOING, TxnAdmin
+from kafka_txn_sink.protocol.messages import Triple
 from kafka_txn_sink.verify import read_topic
 from tests.e2e.harness import create_topics
 
@@ -76,8 +76,8 @@ def visible_rows(bootstrap: str, topic: str, prefix: str) -> int:
 def test_transaction_of_an_exited_process_stays_open(kafka_bootstrap: str, topic: str) -> None:
     opened = open_elsewhere(kafka_bootstrap, topic)
 
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        state = coordinator.describe([opened.triple.transactional_id])[
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        state = txn_admin.describe([opened.triple.transactional_id])[
             opened.triple.transactional_id
         ]
 
@@ -92,9 +92,9 @@ def test_commit_from_another_process_makes_rows_visible_once(
 ) -> None:
     opened = open_elsewhere(kafka_bootstrap, topic)
 
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        first = coordinator.end_transactions([opened.triple], commit=True, deadline_s=30)
-        again = coordinator.end_transactions([opened.triple], commit=True, deadline_s=30)
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        first = txn_admin.end_transactions([opened.triple], commit=True, deadline_s=30)
+        again = txn_admin.end_transactions([opened.triple], commit=True, deadline_s=30)
 
     assert [r.error for r in first] == [None]
     assert [r.error for r in again] == [None], "a repeated commit must answer success"
@@ -104,9 +104,9 @@ def test_commit_from_another_process_makes_rows_visible_once(
 def test_abort_from_another_process_hides_rows(kafka_bootstrap: str, topic: str) -> None:
     opened = open_elsewhere(kafka_bootstrap, topic)
 
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        result = coordinator.end_transactions([opened.triple], commit=False, deadline_s=30)
-        commit_after_abort = coordinator.end_transactions(
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        result = txn_admin.end_transactions([opened.triple], commit=False, deadline_s=30)
+        commit_after_abort = txn_admin.end_transactions(
             [opened.triple], commit=True, deadline_s=30
         )
 
@@ -129,22 +129,22 @@ def test_end_txn_with_a_wrong_triple_is_refused(
     opened = open_elsewhere(kafka_bootstrap, topic)
     wrong = Triple(**{**opened.triple.__dict__, **change})  # type: ignore[arg-type]
 
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        (result,) = coordinator.end_transactions([wrong], commit=True, deadline_s=30)
-        state = coordinator.describe([opened.triple.transactional_id])
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        (result,) = txn_admin.end_transactions([wrong], commit=True, deadline_s=30)
+        state = txn_admin.describe([opened.triple.transactional_id])
 
     assert result.error in expected
     assert state[opened.triple.transactional_id].state == ONGOING
     assert visible_rows(kafka_bootstrap, topic, opened.triple.transactional_id) == 0
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        coordinator.end_transactions([opened.triple], commit=False, deadline_s=30)
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        txn_admin.end_transactions([opened.triple], commit=False, deadline_s=30)
 
 
 def test_many_commits_in_parallel(kafka_bootstrap: str, topic: str) -> None:
     opened = [open_elsewhere(kafka_bootstrap, topic, rows=3) for _ in range(6)]
 
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        results = coordinator.end_transactions(
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        results = txn_admin.end_transactions(
             [o.triple for o in opened], commit=True, deadline_s=30
         )
 
@@ -159,8 +159,8 @@ def test_fenced_by_a_new_producer_then_commit_fails(kafka_bootstrap: str, topic:
     )
     fencer.init_transactions(30)
 
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        (result,) = coordinator.end_transactions([opened.triple], commit=True, deadline_s=30)
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        (result,) = txn_admin.end_transactions([opened.triple], commit=True, deadline_s=30)
 
     assert result.error in {"InvalidProducerEpochError", "ProducerFencedError"}
     assert visible_rows(kafka_bootstrap, topic, opened.triple.transactional_id) == 0
@@ -168,9 +168,9 @@ def test_fenced_by_a_new_producer_then_commit_fails(kafka_bootstrap: str, topic:
 
 def test_probe_tells_committed_aborted_and_open_apart(kafka_bootstrap: str, topic: str) -> None:
     committed, aborted, still_open = (open_elsewhere(kafka_bootstrap, topic) for _ in range(3))
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        coordinator.end_transactions([committed.triple], commit=True, deadline_s=30)
-        coordinator.end_transactions([aborted.triple], commit=False, deadline_s=30)
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        txn_admin.end_transactions([committed.triple], commit=True, deadline_s=30)
+        txn_admin.end_transactions([aborted.triple], commit=False, deadline_s=30)
     cluster = Cluster(kafka_bootstrap, {}, timeout_ms=3000)
 
     def probe(o: Opened) -> bool | None:
@@ -179,17 +179,17 @@ def test_probe_tells_committed_aborted_and_open_apart(kafka_bootstrap: str, topi
     assert probe(committed) is True
     assert probe(aborted) is False
     assert probe(still_open) is None
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        coordinator.end_transactions([still_open.triple], commit=False, deadline_s=30)
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        txn_admin.end_transactions([still_open.triple], commit=False, deadline_s=30)
 
 
 def test_list_and_describe_unknown_ids(kafka_bootstrap: str, topic: str) -> None:
     opened = open_elsewhere(kafka_bootstrap, topic)
 
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        ongoing = coordinator.list_ids([ONGOING])
-        unknown = coordinator.describe(["coordtest_nobody-7"])
-        coordinator.end_transactions([opened.triple], commit=False, deadline_s=30)
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        ongoing = txn_admin.list_ids([ONGOING])
+        unknown = txn_admin.describe(["coordtest_nobody-7"])
+        txn_admin.end_transactions([opened.triple], commit=False, deadline_s=30)
 
     assert opened.triple.transactional_id in ongoing
     assert unknown["coordtest_nobody-7"].state == NOT_FOUND
@@ -197,7 +197,7 @@ def test_list_and_describe_unknown_ids(kafka_bootstrap: str, topic: str) -> None
 
 def test_unreachable_broker_is_a_clear_error() -> None:
     with pytest.raises(KafkaUnavailableError, match=r"kafka.bootstrap.servers=127.0.0.1:1"):
-        Coordinator("127.0.0.1:1", {}, timeout_ms=2000)
+        TxnAdmin("127.0.0.1:1", {}, timeout_ms=2000)
 
 
 def test_later_attempt_fences_the_earlier_one(kafka_bootstrap: str, topic: str) -> None:
@@ -218,8 +218,8 @@ def test_later_attempt_fences_the_earlier_one(kafka_bootstrap: str, topic: str) 
         early.prepare()
     prepared = late.prepare()
     assert prepared is not None
-    with Coordinator(kafka_bootstrap, {}) as coordinator:
-        coordinator.end_transactions([prepared.triple], commit=True, deadline_s=30)
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        txn_admin.end_transactions([prepared.triple], commit=True, deadline_s=30)
 
     values = [r.value for r in read_topic(kafka_bootstrap, topic)]
     assert values == [b"late"]

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kafka_txn_sink.commit_log import CommitLog
-from kafka_txn_sink.records import Completion, Decision, FileRef, OffsetRanges
-from kafka_txn_sink.verify_kafka import Chunk, Progress
+from kafka_txn_sink.protocol.messages import Completion, Decision, FileRef, OffsetRanges
+from kafka_txn_sink.verify.kafka import Chunk, Progress
 
 _MAX_REPUBLISH_ROUNDS = 100  # a bound on the rounds read per batch; recovery stops far below
 
@@ -112,7 +112,7 @@ class LogView:
     def attempts(self) -> dict[tuple[int, int, int], set[str]]:
         """(batch, Spark partition, attempt) of every decided participant -> the tokens in its
         files' names (see avro_files.FileNaming)."""
-        from kafka_txn_sink.verify_files import parse_file_name  # no cycle at import time
+        from kafka_txn_sink.verify.files import parse_file_name  # no cycle at import time
 
         found: dict[tuple[int, int, int], set[str]] = {}
         for batch_id, view in self.batches.items():

@@ -25,8 +25,8 @@ from typing import Any
 import pyarrow as pa
 import pyspark.sql.datasource as _datasource
 
-from kafka_txn_sink.columns import Columns
 from kafka_txn_sink.errors import InputError
+from kafka_txn_sink.records.columns import Columns
 
 # PySpark 4.1+ has it; on 4.0 this is None and the row writer is used.
 ArrowStreamWriterBase: Any = getattr(_datasource, "DataSourceStreamArrowWriter", None)

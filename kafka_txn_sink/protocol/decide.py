@@ -23,7 +23,6 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog
-from kafka_txn_sink.coordinator import ONGOING, Coordinator
 from kafka_txn_sink.errors import (
     CommitLogError,
     KafkaTxnSinkError,
@@ -31,9 +30,10 @@ from kafka_txn_sink.errors import (
     QueryIdMismatchError,
     TransactionTooOldError,
 )
+from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.options import SinkOptions
-from kafka_txn_sink.records import Decision, Participant, TaskCommit
-from kafka_txn_sink.recovery import Settler
+from kafka_txn_sink.protocol.complete import Settler
+from kafka_txn_sink.protocol.messages import Decision, Participant, TaskCommit
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +43,13 @@ class Committer:
         self,
         options: SinkOptions,
         commit_log: CommitLog,
-        coordinator: Coordinator,
+        txn_admin: TxnAdmin,
         settler: Settler,
         cleanup: CleanupSchedule | None = None,
     ):
         self._options = options
         self._log = commit_log
-        self._coordinator = coordinator
+        self._txn_admin = txn_admin
         self._settler = settler
         self._cleanup = cleanup  # None: the full clean-up after every commit
 
@@ -113,7 +113,7 @@ class Committer:
         return decision
 
     def _check_prepared(self, participants: Sequence[Participant], batch_id: int) -> None:
-        states = self._coordinator.describe(p.transactional_id for p in participants)
+        states = self._txn_admin.describe(p.transactional_id for p in participants)
         now_ms = _now_ms()
         too_old = []
         for participant in participants:

@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kafka_txn_sink.errors import InputError, KafkaTxnSinkError, KafkaUnavailableError
-from kafka_txn_sink.records import OffsetRanges, Triple
+from kafka_txn_sink.protocol.messages import OffsetRanges, Triple
 
 # The producer id and epoch are read from the first statistics sample after the flush, so this
 # is the task's wait in prepare (on average half of it). A sample costs little: while rows are

@@ -57,7 +57,8 @@ from pyspark.sql.types import (
     VarcharType,
 )
 
-from kafka_txn_sink.avro_schema import (
+from kafka_txn_sink.errors import ConfigError, InputError, StagingError
+from kafka_txn_sink.files.avro_schema import (
     Irreconcilable,
     SchemaAggregator,
     fingerprint,
@@ -65,9 +66,7 @@ from kafka_txn_sink.avro_schema import (
     schema_digest,
     spark_to_avro,
 )
-from kafka_txn_sink.errors import ConfigError, InputError, StagingError
-from kafka_txn_sink.file_sink import FileSink
-from kafka_txn_sink.partitioning import (
+from kafka_txn_sink.files.partitioning import (
     PARTITION_TYPES,
     PATTERN_OPTION,
     PartitionSpec,
@@ -76,7 +75,8 @@ from kafka_txn_sink.partitioning import (
     supports_partition_type,
     time_zone,
 )
-from kafka_txn_sink.records import FileRef
+from kafka_txn_sink.protocol.messages import FileRef
+from kafka_txn_sink.storage.files import FileSink
 
 Codec = Literal["null", "deflate", "snappy", "zstandard"]
 CODECS: tuple[Codec, ...] = ("null", "deflate", "snappy", "zstandard")

@@ -26,9 +26,9 @@ from kafka.protocol.admin.transactions import (
 from kafka.protocol.metadata import CoordinatorType
 from kafka.protocol.producer import EndTxnRequest
 
-from kafka_txn_sink.client_cache import ClientCache
 from kafka_txn_sink.errors import KafkaUnavailableError
-from kafka_txn_sink.records import Triple
+from kafka_txn_sink.kafka.client_cache import ClientCache
+from kafka_txn_sink.protocol.messages import Triple
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def admin_settings(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) ->
     return settings
 
 
-class Coordinator:
+class TxnAdmin:
     """A driver-side client of the transaction coordinators. Close it when done."""
 
     def __init__(self, bootstrap: str, kafka: Mapping[str, str], timeout_ms: int = 30_000):
@@ -122,7 +122,7 @@ class Coordinator:
         except Exception:  # closing is best effort; the sockets die with the process anyway
             log.debug("closing the admin client failed", exc_info=True)
 
-    def __enter__(self) -> Coordinator:
+    def __enter__(self) -> TxnAdmin:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -296,16 +296,16 @@ def _state_of(txn: Any) -> TxnState:
     )
 
 
-# -- one Coordinator per connection settings and process -----------------------------------------
+# -- one TxnAdmin per connection settings and process -----------------------------------------
 
-_SHARED: ClientCache[Coordinator] = ClientCache(Coordinator, Coordinator.close)
+_SHARED: ClientCache[TxnAdmin] = ClientCache(TxnAdmin, TxnAdmin.close)
 
 
-def shared_coordinator(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> Coordinator:
-    """A Coordinator kept for the life of this process (closed at exit); do not close it.
+def shared_txn_admin(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> TxnAdmin:
+    """A TxnAdmin kept for the life of this process (closed at exit); do not close it.
 
     One bootstrapped client with its connections and cached coordinators serves every batch.
-    Call `discard_coordinator` after a failure: the next caller gets a fresh client.
+    Call `discard_txn_admin` after a failure: the next caller gets a fresh client.
 
     Raises:
         KafkaUnavailableError: a new client cannot reach the brokers.
@@ -313,6 +313,6 @@ def shared_coordinator(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int
     return _SHARED.get(bootstrap, kafka, timeout_ms)
 
 
-def discard_coordinator(coordinator: Coordinator) -> None:
-    """Forget a shared Coordinator and close it (if it is one; otherwise just close it)."""
+def discard_txn_admin(coordinator: TxnAdmin) -> None:
+    """Forget a shared TxnAdmin and close it (if it is one; otherwise just close it)."""
     _SHARED.discard(coordinator)

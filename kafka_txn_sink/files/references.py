@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafka_txn_sink import avro_files
-from kafka_txn_sink.avro_files import FilePlan, WrittenFile, plan_files, store_schema
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.file_sink import FileSink
-from kafka_txn_sink.records import FileRef
+from kafka_txn_sink.files import writer as avro_files
+from kafka_txn_sink.files.writer import FilePlan, WrittenFile, plan_files, store_schema
+from kafka_txn_sink.protocol.messages import FileRef
+from kafka_txn_sink.storage.files import FileSink
 
 REFERENCE_KIND = "kafka_txn_sink.file"
 REFERENCE_VERSION = 1
