@@ -56,7 +56,7 @@ class KafkaTxnDataSource(DataSource):
             )
         options = parse_options(self.options)
         columns = plan_columns(schema, options.topic) if options.records_mode else None
-        files_plan = options.files.plan(schema) if options.files is not None else None
+        files_plan = _plan_files(options, schema)
         # Spark reuses this Python process for later batches: the clients, the log object and
         # what the cluster said are kept (per process, per connection settings); a failure
         # drops them, so the next batch starts afresh.
@@ -213,3 +213,12 @@ def _known_ids(sink_id: str, txn_admin: TxnAdmin) -> list[str]:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _plan_files(options: SinkOptions, schema: StructType) -> Any:
+    """Files mode's plan, or None; files mode (and fastavro) is loaded only when it is on."""
+    if options.files is None:
+        return None
+    from kafka_txn_sink.files.writer import plan_for_options
+
+    return plan_for_options(options.files, schema)

@@ -1,17 +1,203 @@
-"""The sink's options: parsed and validated once, on the driver, then carried to the tasks."""
+"""The sink's options: one table, from which parsing, defaults, errors and the README come.
+
+Every option the sink takes is an `Option` below; its name is spelled nowhere else (error
+messages format the `Option`, and `python -m kafka_txn_sink.options` prints the README's tables).
+Options are parsed and validated once, on the driver, into a `SinkOptions` that travels to the
+tasks. Spark hands options over case-insensitively, so names match in any case.
+"""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.files.references import OPTION_KEYS as FILES_OPTION_KEYS
-from kafka_txn_sink.files.references import FilesOptions, parse_files_options
 from kafka_txn_sink.protocol.txn_ids import validate_sink_id
 from kafka_txn_sink.storage import S3Settings
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its name as users write it, and what the README says of it."""
+
+    name: str
+    meaning: str
+    default: str = ""  # as the README shows it; "" for none
+    required: str = "no"
+    group: Literal["sink", "files"] = "sink"
+
+    @property
+    def key(self) -> str:
+        """The name as Spark hands it over case-insensitively (lower case)."""
+        return self.name.lower()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# -- the sink -----------------------------------------------------------------------------------
+BOOTSTRAP = Option(
+    "kafka.bootstrap.servers", "brokers, as for Spark's Kafka sink (host:port[,host:port])", "",
+    "yes",
+)
+TOPIC = Option("topic", "output topic of records mode", "", "unless a `topic` column exists")
+SINK_ID = Option(
+    "sinkId",
+    "letters, digits, `.`, `_`; prefixes the transactional ids `{sinkId}-{partition}`. Keep it "
+    "stable across restarts and unique per sink",
+    "",
+    "yes",
+)
+COMMIT_LOG = Option(
+    "commitLog", "where decisions are recorded: a local/mounted path or `s3://bucket/prefix`", "",
+    "yes",
+)
+TRANSACTION_TIMEOUT = Option(
+    "transactionTimeoutMs",
+    "the tasks' transaction timeout (also accepted as `kafka.transaction.timeout.ms`); above the "
+    "brokers' `transaction.max.timeout.ms` is an error",
+    "the brokers' `transaction.max.timeout.ms`",
+)
+COMMIT_TIMEOUT = Option(
+    "commitTimeoutMs", "deadline for the EndTxn round and every driver request to Kafka", "30000"
+)
+COMMIT_LOG_TIMEOUT = Option(
+    "commitLogTimeoutMs",
+    "deadline for one commit-log write (S3 timeouts are derived from it)",
+    "30000",
+)
+CLOCK_SKEW = Option("clockSkewMs", "allowance for driver/broker clock difference", "5000")
+COMMIT_LOG_FORMAT = Option(
+    "commitLogFormat",
+    "`json`: one small JSON object per record; `delta`: the same records as rows of a Delta "
+    "table at `commitLog` (written with delta-rs), queryable with Spark SQL or any Delta reader",
+    "`json`",
+)
+S3_ENDPOINT = Option(
+    "s3.endpoint",
+    "S3-compatible endpoint of an `s3://` commit log or files path (AWS S3, MinIO, ...)",
+    "AWS S3",
+)
+S3_REGION = Option("s3.region", "region of the S3 bucket", "boto3's")
+S3_ACCESS_KEY_ID = Option("s3.accessKeyId", "S3 access key id", "boto3's credential chain")
+S3_SECRET_ACCESS_KEY = Option(
+    "s3.secretAccessKey", "S3 secret access key (never logged)", "boto3's credential chain"
+)
+S3_PATH_STYLE = Option(
+    "s3.pathStyle", "path-style S3 addressing", "`true` with `s3.endpoint`, else `false`"
+)
+KAFKA_SETTINGS = Option(
+    "kafka.<librdkafka setting>",
+    "passed to the producer (e.g. `kafka.linger.ms`, `kafka.compression.type`, SASL/TLS "
+    "settings)",
+)
+
+# -- files mode ---------------------------------------------------------------------------------
+PATH = Option("path", "where the files go; turns files mode on", group="files")
+REFERENCES_TOPIC = Option(
+    "referencesTopic",
+    "topic of the reference messages (location, partition values, record count, bytes, batch, "
+    "sink, and the file's Avro schema inline up to `schemaInlineMaxBytes`, else its location "
+    "under `_schemas/`)",
+    "",
+    "with `path`",
+    group="files",
+)
+PARTITION_BY = Option(
+    "partitionBy",
+    "comma-separated columns; Hive-style `col=value` directories with Hive's escaping and "
+    "`__HIVE_DEFAULT_PARTITION__` for null",
+    group="files",
+)
+TIME_PARTITION_COLUMN = Option(
+    "timePartitionColumn",
+    "a timestamp column whose value (never the wall clock) names time directories",
+    group="files",
+)
+TIME_PARTITION_PATTERN = Option(
+    "timePartitionPattern",
+    "the time directories, with Java date-pattern letters, e.g. `date=yyyy-MM-dd/hour=HH`",
+    group="files",
+)
+TIME_PARTITION_TIME_ZONE = Option(
+    "timePartitionTimeZone", "time zone of the time directories", "UTC", group="files"
+)
+PAYLOAD_COLUMN = Option(
+    "payloadColumn",
+    "a JSON string column: each file holds these payloads, with the schema inferred and merged "
+    "over that file's rows (rules in docs/files_mode.md); without it, files hold every "
+    "non-partition column in the schema derived from Spark's",
+    group="files",
+)
+IRRECONCILABLE_TYPES = Option(
+    "irreconcilableTypes",
+    "`union` or `string` for payload fields whose types cannot be merged",
+    "`union`",
+    group="files",
+)
+AVRO_CODEC = Option(
+    "avroCodec", "`null`, `deflate`, `snappy`, `zstandard`", "`null`", group="files"
+)
+MAX_RECORDS_PER_FILE = Option(
+    "maxRecordsPerFile", "roll a file after this many records (0: no limit)", "0", group="files"
+)
+MAX_BYTES_PER_FILE = Option(
+    "maxBytesPerFile", "roll a file at about this size", str(128 * MiB), group="files"
+)
+MAX_OPEN_FILES = Option(
+    "maxOpenFiles",
+    "open files per task; rows of more keys per task than this interleave into many small "
+    "files: raise it, or `repartition(n, <partition columns>)` (Spark cannot sort streams)",
+    "32",
+    group="files",
+)
+SCHEMA_INLINE_MAX_BYTES = Option(
+    "schemaInlineMaxBytes",
+    "largest schema carried inline in a reference message; a larger one is stored under "
+    "`_schemas/` and referenced by location",
+    str(64 * 1024),
+    group="files",
+)
+
+OPTIONS: tuple[Option, ...] = (
+    BOOTSTRAP,
+    TOPIC,
+    SINK_ID,
+    COMMIT_LOG,
+    TRANSACTION_TIMEOUT,
+    COMMIT_TIMEOUT,
+    COMMIT_LOG_TIMEOUT,
+    CLOCK_SKEW,
+    COMMIT_LOG_FORMAT,
+    S3_ENDPOINT,
+    S3_REGION,
+    S3_ACCESS_KEY_ID,
+    S3_SECRET_ACCESS_KEY,
+    S3_PATH_STYLE,
+    KAFKA_SETTINGS,
+    PATH,
+    REFERENCES_TOPIC,
+    PARTITION_BY,
+    TIME_PARTITION_COLUMN,
+    TIME_PARTITION_PATTERN,
+    TIME_PARTITION_TIME_ZONE,
+    PAYLOAD_COLUMN,
+    IRRECONCILABLE_TYPES,
+    AVRO_CODEC,
+    MAX_RECORDS_PER_FILE,
+    MAX_BYTES_PER_FILE,
+    MAX_OPEN_FILES,
+    SCHEMA_INLINE_MAX_BYTES,
+)
+
+DEFAULT_MAX_BYTES_PER_FILE = int(MAX_BYTES_PER_FILE.default)
+DEFAULT_MAX_OPEN_FILES = int(MAX_OPEN_FILES.default)
+DEFAULT_SCHEMA_INLINE_MAX_BYTES = int(SCHEMA_INLINE_MAX_BYTES.default)
 
 KAFKA_PREFIX = "kafka."
 
@@ -34,34 +220,25 @@ _REJECTED = {
     "kafka.value.serializer": "values are written as bytes; cast the value column instead",
 }
 
-_SECRET_HINTS = ("password", "secret", "jaas", "token", "ssl.key", "credentials")
+# Spark passes these through to every sink; they are Spark's, not ours.
+_SPARK_OPTIONS = frozenset(
+    {
+        "asyncprogresstrackingenabled",
+        "asyncprogresstrackingcheckpointintervalms",
+        "checkpointlocation",
+        "queryname",
+    }
+)
+_KNOWN = frozenset(o.key for o in OPTIONS if o is not KAFKA_SETTINGS) | _SPARK_OPTIONS
+_FILES_KEYS = frozenset(o.key for o in OPTIONS if o.group == "files")
 
-_KNOWN = {
-    "sinkid",
-    "commitlog",
-    "commitlogformat",
-    "topic",
-    "transactiontimeoutms",
-    "committimeoutms",
-    "commitlogtimeoutms",
-    "clockskewms",
-    "s3.endpoint",
-    "s3.region",
-    "s3.accesskeyid",
-    "s3.secretaccesskey",
-    "s3.pathstyle",
-    # Spark passes these through to every sink; they are Spark's, not ours.
-    "asyncprogresstrackingenabled",
-    "asyncprogresstrackingcheckpointintervalms",
-    "checkpointlocation",
-    "queryname",
-    *FILES_OPTION_KEYS,
-}
+_SECRET_HINTS = ("password", "secret", "jaas", "token", "ssl.key", "credentials")
 
 MIN_TRANSACTION_TIMEOUT_MS = 1_000
 
 
 def is_secret(key: str) -> bool:
+    """Whether a setting's value must never be shown (passwords, keys, tokens)."""
     lowered = key.lower()
     return any(hint in lowered for hint in _SECRET_HINTS)
 
@@ -72,7 +249,29 @@ def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class FilesOptions:
+    """The options of files mode (option `path` set), checked against the schema by
+    `files.plan.plan_files` on the driver."""
+
+    path: str
+    references_topic: str
+    partition_by: tuple[str, ...]
+    time_column: str | None
+    time_pattern: str | None
+    time_zone: str
+    payload_column: str | None
+    codec: str
+    max_records_per_file: int
+    max_bytes_per_file: int
+    max_open_files: int
+    irreconcilable: str
+    schema_inline_max_bytes: int
+
+
+@dataclass(frozen=True)
 class SinkOptions:
+    """Every option of one sink, parsed and validated."""
+
     sink_id: str
     commit_log: str
     bootstrap_servers: str
@@ -108,12 +307,23 @@ class SinkOptions:
         """
         return self.commit_log_timeout_ms + self.commit_timeout_ms + self.clock_skew_ms
 
+    @property
+    def client_timeout_s(self) -> float:
+        """Deadline of one Kafka client call of the tasks and the driver, in seconds."""
+        return self.commit_timeout_ms / 1000
+
     def with_transaction_timeout(self, timeout_ms: int) -> SinkOptions:
+        """These options with the transaction timeout resolved against the brokers."""
         return replace(self, transaction_timeout_ms=timeout_ms)
 
     def require_transaction_timeout(self) -> int:
+        """The resolved transaction timeout.
+
+        Raises:
+            ConfigError: it was not resolved against the brokers yet.
+        """
         if self.transaction_timeout_ms is None:
-            raise ConfigError("transactionTimeoutMs was not resolved against the broker")
+            raise ConfigError(f"{TRANSACTION_TIMEOUT} was not resolved against the broker")
         return self.transaction_timeout_ms
 
 
@@ -128,12 +338,12 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
     _reject_forbidden(options)
     kafka = _kafka_settings(raw)
     _reject_unknown(options, originals)
-    log_timeout_ms = _bounded(options, "commitlogtimeoutms", "commitLogTimeoutMs", 30_000)
+    log_timeout_ms = _bounded(options, COMMIT_LOG_TIMEOUT, 30_000)
     s3 = _s3_settings(options, log_timeout_ms)
     bootstrap = kafka.pop("bootstrap.servers", "").strip()
     if not bootstrap:
-        raise ConfigError("option kafka.bootstrap.servers is required (host:port[,host:port])")
-    timeout = _optional_int(options, "transactiontimeoutms", "transactionTimeoutMs")
+        raise ConfigError(f"option {BOOTSTRAP} is required (host:port[,host:port])")
+    timeout = _int_value(options.get(TRANSACTION_TIMEOUT.key), str(TRANSACTION_TIMEOUT))
     if timeout is None:
         timeout = _int_value(
             kafka.pop("transaction.timeout.ms", None), "kafka.transaction.timeout.ms"
@@ -142,22 +352,75 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         kafka.pop("transaction.timeout.ms", None)
     if timeout is not None:
         # No upper bound here: the brokers' transaction.max.timeout.ms is the one that counts.
-        _check_bounds(timeout, "transactionTimeoutMs", MIN_TRANSACTION_TIMEOUT_MS, 2**31 - 1)
-    topic = options.get("topic", "").strip() or None
+        _check_bounds(timeout, str(TRANSACTION_TIMEOUT), MIN_TRANSACTION_TIMEOUT_MS, 2**31 - 1)
+    topic = options.get(TOPIC.key, "").strip() or None
     return SinkOptions(
-        sink_id=validate_sink_id(options.get("sinkid", "")),
-        commit_log=_required(options, "commitlog", "commitLog"),
+        sink_id=validate_sink_id(options.get(SINK_ID.key, "")),
+        commit_log=_required(options, COMMIT_LOG),
         bootstrap_servers=bootstrap,
         topic=topic,
         transaction_timeout_ms=timeout,
-        commit_timeout_ms=_bounded(options, "committimeoutms", "commitTimeoutMs", 30_000),
+        commit_timeout_ms=_bounded(options, COMMIT_TIMEOUT, 30_000),
         commit_log_timeout_ms=log_timeout_ms,
-        clock_skew_ms=_bounded(options, "clockskewms", "clockSkewMs", 5_000, low=0),
+        clock_skew_ms=_bounded(options, CLOCK_SKEW, 5_000, low=0),
         kafka=kafka,
         s3=s3,
         commit_log_format=_log_format(options),
         files=parse_files_options(options),
     )
+
+
+def parse_files_options(options: Mapping[str, str]) -> FilesOptions | None:
+    """Files mode is on when `path` is set; None otherwise. Keys are lower-cased already.
+
+    Raises:
+        ConfigError: `referencesTopic` is missing, or a number is not a number.
+    """
+    path = options.get(PATH.key, "").strip()
+    if not path:
+        unused = sorted(k for k in _FILES_KEYS - {PATH.key} if k in options)
+        if unused:
+            raise ConfigError(f"option(s) {', '.join(unused)} need option {PATH} (files mode)")
+        return None
+    topic = options.get(REFERENCES_TOPIC.key, "").strip()
+    if not topic:
+        raise ConfigError(f"option {REFERENCES_TOPIC} is required with option {PATH} (files mode)")
+    partition_by = tuple(
+        c.strip() for c in options.get(PARTITION_BY.key, "").split(",") if c.strip()
+    )
+    return FilesOptions(
+        path=path,
+        references_topic=topic,
+        partition_by=partition_by,
+        time_column=options.get(TIME_PARTITION_COLUMN.key) or None,
+        time_pattern=options.get(TIME_PARTITION_PATTERN.key) or None,
+        time_zone=options.get(TIME_PARTITION_TIME_ZONE.key) or "UTC",
+        payload_column=options.get(PAYLOAD_COLUMN.key) or None,
+        # As the plan checks it and the file's header names it: references carry this spelling.
+        codec=(options.get(AVRO_CODEC.key) or "null").strip().lower(),
+        max_records_per_file=_number(options, MAX_RECORDS_PER_FILE, 0),
+        max_bytes_per_file=_number(options, MAX_BYTES_PER_FILE, DEFAULT_MAX_BYTES_PER_FILE),
+        max_open_files=_number(options, MAX_OPEN_FILES, DEFAULT_MAX_OPEN_FILES),
+        irreconcilable=options.get(IRRECONCILABLE_TYPES.key) or "union",
+        schema_inline_max_bytes=_number(
+            options, SCHEMA_INLINE_MAX_BYTES, DEFAULT_SCHEMA_INLINE_MAX_BYTES
+        ),
+    )
+
+
+def options_tables() -> str:
+    """The README's option tables (Markdown), sink options then files mode's."""
+    sections = []
+    for group, title in (("sink", "Sink options"), ("files", "Files mode options")):
+        header = ["| option | required | default | meaning |", "|---|---|---|---|"]
+        lines = [f"#### {title}", "", *header]
+        for option in OPTIONS:
+            if option.group == group:
+                lines.append(
+                    f"| `{option.name}` | {option.required} | {option.default} | {option.meaning} |"
+                )
+        sections.append("\n".join(lines))
+    return "\n\n".join(sections) + "\n"
 
 
 def _reject_forbidden(options: Mapping[str, str]) -> None:
@@ -193,8 +456,8 @@ def _reject_unknown(options: Mapping[str, str], originals: Mapping[str, str]) ->
 
 def _s3_settings(options: Mapping[str, str], log_timeout_ms: int) -> S3Settings:
     """S3 deadlines fit inside commitLogTimeoutMs, which the prepare check's margin counts."""
-    endpoint = options.get("s3.endpoint") or None
-    path_style = options.get("s3.pathstyle")
+    endpoint = options.get(S3_ENDPOINT.key) or None
+    path_style = options.get(S3_PATH_STYLE.key)
     attempts = 3
     per_call_s = log_timeout_ms / 1000 / attempts / 2
     return S3Settings(
@@ -202,33 +465,29 @@ def _s3_settings(options: Mapping[str, str], log_timeout_ms: int) -> S3Settings:
         read_timeout_s=per_call_s,
         max_attempts=attempts,
         endpoint_url=endpoint,
-        region=options.get("s3.region") or None,
-        access_key_id=options.get("s3.accesskeyid") or None,
-        secret_access_key=options.get("s3.secretaccesskey") or None,
+        region=options.get(S3_REGION.key) or None,
+        access_key_id=options.get(S3_ACCESS_KEY_ID.key) or None,
+        secret_access_key=options.get(S3_SECRET_ACCESS_KEY.key) or None,
         path_style=_truthy(path_style) if path_style is not None else endpoint is not None,
     )
 
 
 def _log_format(options: Mapping[str, str]) -> LogFormat:
-    value = options.get("commitlogformat", "").strip().lower() or "json"
+    value = options.get(COMMIT_LOG_FORMAT.key, "").strip().lower() or "json"
     for known in LOG_FORMATS:
         if value == known:
             return known
     raise ConfigError(
-        f"option commitLogFormat must be one of {', '.join(LOG_FORMATS)}, got "
-        f"{options['commitlogformat']!r}"
+        f"option {COMMIT_LOG_FORMAT} must be one of {', '.join(LOG_FORMATS)}, got "
+        f"{options[COMMIT_LOG_FORMAT.key]!r}"
     )
 
 
-def _required(options: Mapping[str, str], key: str, name: str) -> str:
-    value = options.get(key, "").strip()
+def _required(options: Mapping[str, str], option: Option) -> str:
+    value = options.get(option.key, "").strip()
     if not value:
-        raise ConfigError(f"option {name} is required")
+        raise ConfigError(f"option {option} is required")
     return value
-
-
-def _optional_int(options: Mapping[str, str], key: str, name: str) -> int | None:
-    return _int_value(options.get(key), name)
 
 
 def _int_value(value: str | None, name: str) -> int | None:
@@ -242,11 +501,11 @@ def _int_value(value: str | None, name: str) -> int | None:
         ) from None
 
 
-def _bounded(options: Mapping[str, str], key: str, name: str, default: int, low: int = 100) -> int:
-    value = _optional_int(options, key, name)
+def _bounded(options: Mapping[str, str], option: Option, default: int, low: int = 100) -> int:
+    value = _int_value(options.get(option.key), str(option))
     if value is None:
         return default
-    _check_bounds(value, name, low, 3_600_000)
+    _check_bounds(value, str(option), low, 3_600_000)
     return value
 
 
@@ -255,5 +514,22 @@ def _check_bounds(value: int, name: str, low: int, high: int) -> None:
         raise ConfigError(f"option {name} must be between {low} and {high} ms, got {value}")
 
 
+def _number(options: Mapping[str, str], option: Option, default: int) -> int:
+    raw = options.get(option.key)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"option {option} must be a whole number, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(f"option {option} must not be negative, got {value}")
+    return value
+
+
 def _truthy(value: str) -> bool:
     return value.strip().lower() in {"true", "1", "yes"}
+
+
+if __name__ == "__main__":
+    sys.stdout.write(options_tables())

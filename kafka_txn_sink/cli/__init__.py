@@ -37,7 +37,6 @@ from rich.table import Table
 from kafka_txn_sink.cli import verify as cli_verify
 from kafka_txn_sink.commit_log import LOG_FORMATS, CommitLog, detect_format, open_commit_log
 from kafka_txn_sink.errors import KafkaTxnSinkError, StagingError, TransactionCompletionError
-from kafka_txn_sink.files.references import DEFAULT_SCHEMA_INLINE_MAX_BYTES
 from kafka_txn_sink.files.republish import Republisher
 from kafka_txn_sink.files.vacuum import (
     VacuumPlan,
@@ -47,7 +46,7 @@ from kafka_txn_sink.files.vacuum import (
 )
 from kafka_txn_sink.kafka.cluster import Cluster
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin, TxnState
-from kafka_txn_sink.options import is_secret
+from kafka_txn_sink.options import DEFAULT_SCHEMA_INLINE_MAX_BYTES, is_secret
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import Completion, Decision, Triple
 from kafka_txn_sink.protocol.txn_ids import owns, transactional_id, validate_sink_id

@@ -50,11 +50,11 @@ from pyspark.sql.types import (
 )
 
 from kafka_txn_sink.errors import ConfigError, InputError
+from kafka_txn_sink.options import TIME_PARTITION_PATTERN
 
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 """The directory value of a null or empty partition value (Hive's and Spark's default)."""
 
-PATTERN_OPTION = "timePartitionPattern"
 
 # Hive's FileUtils.charToEscape (0x00-0x1F, then its list); Spark's copy leaves out 0x00.
 _HIVE_ESCAPED = frozenset(chr(c) for c in range(0x20)) | frozenset("\"#%'*/:=?\\\x7f{[]^")
@@ -134,13 +134,13 @@ def _field_of(letter: str, count: int, pattern: str) -> Field:
     known = _FIELDS.get(letter)
     if known is None:
         raise ConfigError(
-            f"option {PATTERN_OPTION}: pattern letter {letter!r} in {pattern!r} is not "
+            f"option {TIME_PARTITION_PATTERN}: pattern letter {letter!r} in {pattern!r} is not "
             "supported; use y, M, d, D, H, m, s, and quote literal letters ('T')"
         )
     get, counts = known
     if count not in counts:
         raise ConfigError(
-            f"option {PATTERN_OPTION}: {letter * count!r} in {pattern!r} is not supported; "
+            f"option {TIME_PARTITION_PATTERN}: {letter * count!r} in {pattern!r} is not supported; "
             f"use {' or '.join(letter * n for n in reversed(counts))}"
         )
     if letter == "y" and count == 2:
@@ -201,7 +201,7 @@ class TimePattern:
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ConfigError(
-                f"option {PATTERN_OPTION}: {text!r} names {', '.join(duplicates)} twice"
+                f"option {TIME_PARTITION_PATTERN}: {text!r} names {', '.join(duplicates)} twice"
             )
         return cls(text, segments)
 
@@ -234,7 +234,7 @@ class TimePattern:
 def _split_segments(text: str) -> list[str]:
     """`text` split at the `/` that are outside quotes."""
     if not text.strip():
-        raise ConfigError(f"option {PATTERN_OPTION} is empty; e.g. date=yyyy-MM-dd/hour=HH")
+        raise ConfigError(f"option {TIME_PARTITION_PATTERN} is empty; e.g. date=yyyy-MM-dd/hour=HH")
     segments: list[str] = []
     current: list[str] = []
     quoted = False
@@ -254,7 +254,7 @@ def _segment(segment: str, text: str) -> TimeSegment:
     name, eq, pattern = segment.partition("=")
     if not eq or not name.strip() or not pattern or "'" in name:
         raise ConfigError(
-            f"option {PATTERN_OPTION}: segment {segment!r} of {text!r} is not name=pattern "
+            f"option {TIME_PARTITION_PATTERN}: segment {segment!r} of {text!r} is not name=pattern "
             "(e.g. date=yyyy-MM-dd/hour=HH)"
         )
     tokens = _tokens(pattern, text)
@@ -288,7 +288,7 @@ def _tokens(pattern: str, text: str) -> list[Token]:
             i += count
         elif c in _JAVA_RESERVED:
             raise ConfigError(
-                f"option {PATTERN_OPTION}: {c!r} in {text!r} is reserved by Java's "
+                f"option {TIME_PARTITION_PATTERN}: {c!r} in {text!r} is reserved by Java's "
                 f"DateTimeFormatter; quote it ('{c}') to use it literally"
             )
         else:
@@ -309,7 +309,7 @@ def _quote_end(pattern: str, start: int, text: str) -> int:
                 continue
             return i
         i += 1
-    raise ConfigError(f"option {PATTERN_OPTION}: unterminated quote in {text!r}")
+    raise ConfigError(f"option {TIME_PARTITION_PATTERN}: unterminated quote in {text!r}")
 
 
 def _run_length(pattern: str, start: int) -> int:
@@ -372,7 +372,7 @@ class PartitionSpec:
         object.__setattr__(self, "columns", tuple(self.columns))
         if (self.time is None) != (self.time_column is None):
             raise ConfigError(
-                f"options {PATTERN_OPTION} and timePartitionColumn go together: give both "
+                f"options {TIME_PARTITION_PATTERN} and timePartitionColumn go together: give both "
                 "or neither"
             )
         names = [*self.columns, *(self.time.names if self.time else ())]
@@ -380,7 +380,7 @@ class PartitionSpec:
         if duplicates:
             raise ConfigError(
                 f"partition name(s) {', '.join(duplicates)} appear twice in partitionBy and "
-                f"{PATTERN_OPTION}"
+                f"{TIME_PARTITION_PATTERN}"
             )
 
     @property

@@ -68,12 +68,26 @@ from kafka_txn_sink.files.avro_schema import (
 )
 from kafka_txn_sink.files.partitioning import (
     PARTITION_TYPES,
-    PATTERN_OPTION,
     PartitionSpec,
     PartitionValues,
     TimePattern,
     supports_partition_type,
     time_zone,
+)
+from kafka_txn_sink.options import (
+    AVRO_CODEC,
+    DEFAULT_MAX_BYTES_PER_FILE,
+    DEFAULT_MAX_OPEN_FILES,
+    IRRECONCILABLE_TYPES,
+    MAX_BYTES_PER_FILE,
+    MAX_OPEN_FILES,
+    MAX_RECORDS_PER_FILE,
+    PARTITION_BY,
+    PAYLOAD_COLUMN,
+    TIME_PARTITION_COLUMN,
+    TIME_PARTITION_PATTERN,
+    TIME_PARTITION_TIME_ZONE,
+    FilesOptions,
 )
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.storage.files import FileSink
@@ -81,19 +95,6 @@ from kafka_txn_sink.storage.files import FileSink
 Codec = Literal["null", "deflate", "snappy", "zstandard"]
 CODECS: tuple[Codec, ...] = ("null", "deflate", "snappy", "zstandard")
 
-# Option names, for messages (the options module maps user options onto `plan_files`).
-OPT_PARTITION_BY = "partitionBy"
-OPT_TIME_COLUMN = "timePartitionColumn"
-OPT_TIME_PATTERN = PATTERN_OPTION
-OPT_TIME_ZONE = "timePartitionTimeZone"
-OPT_PAYLOAD = "payloadColumn"
-OPT_CODEC = "avroCodec"
-OPT_MAX_RECORDS = "maxRecordsPerFile"
-OPT_MAX_BYTES = "maxBytesPerFile"
-OPT_MAX_OPEN = "maxOpenFiles"
-
-DEFAULT_MAX_BYTES = 128 * 1024 * 1024
-DEFAULT_MAX_OPEN_FILES = 32
 SCHEMAS_DIR = "_schemas"
 
 _TEXT_TYPES = (StringType, CharType, VarcharType)
@@ -142,7 +143,7 @@ def plan_files(
     payload_column: str | None = None,
     codec: str = "null",
     max_records_per_file: int = 0,
-    max_bytes_per_file: int = DEFAULT_MAX_BYTES,
+    max_bytes_per_file: int = DEFAULT_MAX_BYTES_PER_FILE,
     max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     irreconcilable: Irreconcilable = "union",
 ) -> FilePlan:
@@ -159,20 +160,20 @@ def plan_files(
     columns = _check_partition_columns(schema, partition_by)
     pattern = TimePattern.parse(time_pattern) if time_pattern is not None else None
     if time_column is not None and time_column not in names:
-        raise _missing(OPT_TIME_COLUMN, time_column, names)
+        raise _missing(TIME_PARTITION_COLUMN.name, time_column, names)
     time_field = schema[time_column] if time_column is not None else None
     if time_field is not None and not isinstance(
         time_field.dataType, (TimestampType, TimestampNTZType)
     ):
         raise InputError(
             f"column {time_column} is {time_field.dataType.simpleString()}; option "
-            f"{OPT_TIME_COLUMN} needs a timestamp or timestamp_ntz column"
+            f"{TIME_PARTITION_COLUMN} needs a timestamp or timestamp_ntz column"
         )
     spec = PartitionSpec(
         columns,
         pattern,
         time_column,
-        time_zone(time_zone_name, OPT_TIME_ZONE),
+        time_zone(time_zone_name, TIME_PARTITION_TIME_ZONE.name),
         time_ntz=time_field is not None and isinstance(time_field.dataType, TimestampNTZType),
     )
     if payload_column is not None:
@@ -194,11 +195,36 @@ def plan_files(
     return plan
 
 
+def plan_for_options(files: FilesOptions, schema: StructType) -> FilePlan:
+    """Check files mode's options against the input schema (driver side).
+
+    Raises:
+        ConfigError / InputError: an option or a column does not fit; the message names it.
+    """
+    if files.irreconcilable not in ("union", "string"):
+        raise ConfigError(
+            f"option {IRRECONCILABLE_TYPES} must be union or string, got {files.irreconcilable!r}"
+        )
+    return plan_files(
+        schema,
+        partition_by=files.partition_by,
+        time_column=files.time_column,
+        time_pattern=files.time_pattern,
+        time_zone_name=files.time_zone,
+        payload_column=files.payload_column,
+        codec=files.codec,
+        max_records_per_file=files.max_records_per_file,
+        max_bytes_per_file=files.max_bytes_per_file,
+        max_open_files=files.max_open_files,
+        irreconcilable="string" if files.irreconcilable == "string" else "union",
+    )
+
+
 def _check_limits(max_records: int, max_bytes: int, max_open: int) -> None:
     for option, value, least in (
-        (OPT_MAX_RECORDS, max_records, 0),
-        (OPT_MAX_BYTES, max_bytes, 1),
-        (OPT_MAX_OPEN, max_open, 1),
+        (MAX_RECORDS_PER_FILE, max_records, 0),
+        (MAX_BYTES_PER_FILE, max_bytes, 1),
+        (MAX_OPEN_FILES, max_open, 1),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigError(f"option {option} must be an integer of at least {least}: {value!r}")
@@ -209,7 +235,7 @@ def _check_codec(codec: str) -> Codec:
         if codec.strip().lower() == known:
             _probe_codec(known)
             return known
-    raise ConfigError(f"option {OPT_CODEC} must be one of {', '.join(CODECS)}, not {codec!r}")
+    raise ConfigError(f"option {AVRO_CODEC} must be one of {', '.join(CODECS)}, not {codec!r}")
 
 
 def _probe_codec(codec: Codec) -> None:
@@ -219,17 +245,17 @@ def _probe_codec(codec: Codec) -> None:
         with tempfile.TemporaryFile() as out:
             fastavro.writer(out, probe, [{"x": 1}], codec=codec)
     except ValueError as exc:
-        raise ConfigError(f"option {OPT_CODEC}={codec} is not available here: {exc}") from exc
+        raise ConfigError(f"option {AVRO_CODEC}={codec} is not available here: {exc}") from exc
 
 
 def _check_partition_columns(schema: StructType, partition_by: Sequence[str]) -> tuple[str, ...]:
     columns = tuple(partition_by)
     duplicates = sorted({c for c in columns if columns.count(c) > 1})
     if duplicates:
-        raise ConfigError(f"option {OPT_PARTITION_BY} names {', '.join(duplicates)} twice")
+        raise ConfigError(f"option {PARTITION_BY} names {', '.join(duplicates)} twice")
     for column in columns:
         if column not in schema.names:
-            raise _missing(OPT_PARTITION_BY, column, schema.names)
+            raise _missing(PARTITION_BY.name, column, schema.names)
         data_type = schema[column].dataType
         if not supports_partition_type(data_type):
             raise InputError(
@@ -241,13 +267,13 @@ def _check_partition_columns(schema: StructType, partition_by: Sequence[str]) ->
 
 def _check_payload_column(schema: StructType, column: str, partition_by: Iterable[str]) -> None:
     if column not in schema.names:
-        raise _missing(OPT_PAYLOAD, column, schema.names)
+        raise _missing(PAYLOAD_COLUMN.name, column, schema.names)
     if column in partition_by:
-        raise ConfigError(f"column {column} cannot be both {OPT_PAYLOAD} and a partition column")
+        raise ConfigError(f"column {column} cannot be both {PAYLOAD_COLUMN} and a partition column")
     data_type = schema[column].dataType
     if not isinstance(data_type, (*_TEXT_TYPES, BinaryType)):
         raise InputError(
-            f"column {column} is {data_type.simpleString()}; option {OPT_PAYLOAD} needs a "
+            f"column {column} is {data_type.simpleString()}; option {PAYLOAD_COLUMN} needs a "
             "string (or binary) column holding one JSON object per row"
         )
 
@@ -256,7 +282,7 @@ def _check_data_columns(plan: FilePlan) -> None:
     data = plan.data_schema()
     if not data.fields:
         raise ConfigError(
-            f"option {OPT_PARTITION_BY} names every column; at least one must be written to files"
+            f"option {PARTITION_BY} names every column; at least one must be written to files"
         )
     # Spark reads partition directories back as columns: one named like a data column clashes.
     data_names = {f.name.lower(): f.name for f in data.fields}
@@ -264,7 +290,7 @@ def _check_data_columns(plan: FilePlan) -> None:
     for name in time_names:
         if name.lower() in data_names:
             raise ConfigError(
-                f"option {OPT_TIME_PATTERN} names a directory {name!r} like the column "
+                f"option {TIME_PARTITION_PATTERN} names a directory {name!r} like the column "
                 f"{data_names[name.lower()]}; readers would see two columns of that name"
             )
     spark_to_avro(data)  # InputError naming a column Avro cannot hold

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.files.references import parse_files_options
-from kafka_txn_sink.options import parse_options
+from kafka_txn_sink.options import parse_files_options, parse_options
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "sinkId": "orders", "commitLog": "/tmp/log"}
 

@@ -1,0 +1,50 @@
+"""What a task writes, as the protocol sees it: an output plugged into the task's transaction.
+
+Records mode (`records.output.RecordsOutput`) and files mode (`files.output.FilesOutput`) are
+the two outputs. The task (`prepare.py`) opens one transaction and hands it to each output it
+uses; an output produces whatever it produces into that transaction, and reports back only what
+the commit message must carry. So the protocol never imports an output's libraries: a records
+sink never loads fastavro, and files mode is loaded only when option `path` is set.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from kafka_txn_sink.protocol.messages import FileRef
+
+
+class TaskOutput(Protocol):
+    """One task attempt's share of one output, bound to the task's open transaction."""
+
+    def add_row(self, row: Any) -> None:
+        """Take one input row (the row writer, PySpark 4.0).
+
+        Raises:
+            InputError: the row cannot be written; the message names the column.
+        """
+        ...
+
+    def add_batch(self, batch: pa.RecordBatch) -> None:
+        """Take one Arrow record batch of input rows (the Arrow writer, PySpark 4.1+).
+
+        Raises:
+            InputError: a row cannot be written; the message names the column.
+        """
+        ...
+
+    def close(self) -> tuple[FileRef, ...]:
+        """Finish: everything is in the transaction now; the files the commit message lists.
+
+        Raises:
+            StagingError / KafkaTxnSinkError: the output could not be finished; the task fails
+                and its transaction is aborted.
+        """
+        ...
+
+    def abort(self) -> None:
+        """Drop what was not finished (best effort, never raises)."""
+        ...
