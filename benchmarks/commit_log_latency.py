@@ -23,16 +23,11 @@ from pathlib import Path
 
 import boto3
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ci"))
-sys.path.insert(0, str(ROOT))
-
-import testbed  # noqa: E402
-
-from kafka_txn_sink.commit_log import CommitLog, LogFormat, open_commit_log  # noqa: E402
-from kafka_txn_sink.commit_log.delta_log import TABLE_PROPERTIES, DeltaCommitLog  # noqa: E402
-from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, SinkMeta  # noqa: E402
-from kafka_txn_sink.storage import S3Settings  # noqa: E402
+from kafka_txn_sink import testing
+from kafka_txn_sink.commit_log import CommitLog, LogFormat, open_commit_log
+from kafka_txn_sink.commit_log.delta_log import TABLE_PROPERTIES, DeltaCommitLog
+from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, SinkMeta, Triple
+from kafka_txn_sink.storage import S3Settings
 
 PARTITIONS = 4
 READS = 50
@@ -43,9 +38,7 @@ def decision(batch_id: int) -> Decision:
         Participant(
             partition=p,
             attempt=0,
-            transactional_id=f"bench-{p}",
-            producer_id=1000 + p,
-            producer_epoch=batch_id % 30_000,
+            triple=Triple(f"bench-{p}", 1000 + p, batch_id % 30_000),
             rows=250,
             offsets={"out": {p: (batch_id * 250, batch_id * 250 + 249)}},
         )
@@ -123,13 +116,13 @@ def main() -> int:
     parser.add_argument("--size-batches", type=int, default=1000, help="batches for the size runs")
     parser.add_argument("--no-s3", action="store_true", help="skip the S3 latency runs")
     args = parser.parse_args()
-    testbed.set_default_aws_env()
+    testing.set_default_aws_env()
     work = Path(tempfile.mkdtemp(prefix="commit-log-bench-"))
 
     server = None
     endpoint = os.environ.get("KTS_S3_ENDPOINT")
     if not args.no_s3 and not endpoint:
-        server = testbed.S3Server(work / "moto")
+        server = testing.S3Server(work / "moto")
         endpoint = server.start()
     try:
         print(f"latency per batch, ms ({args.batches} batches; reads: {READS} fresh opens)")

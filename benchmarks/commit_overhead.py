@@ -25,17 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ci"))
-sys.path.insert(0, str(ROOT))
+from pyspark.sql.types import BinaryType, StructField, StructType
 
-import testbed  # noqa: E402
-from pyspark.sql.types import BinaryType, StructField, StructType  # noqa: E402
-
-from kafka_txn_sink.datasource import KafkaTxnDataSource  # noqa: E402
-from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config  # noqa: E402
-from kafka_txn_sink.protocol.messages import TaskCommit  # noqa: E402
-from tests.e2e.harness import create_topics  # noqa: E402
+from kafka_txn_sink import testing
+from kafka_txn_sink.datasource import KafkaTxnDataSource
+from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.protocol.messages import TaskCommit
+from tests.e2e.harness import create_topics
 
 SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
 QUERY_ID = "bench-query"
@@ -60,9 +56,7 @@ def prepare_tasks(
             0,
             "prepared",
             rows=prepared.rows,
-            transactional_id=prepared.triple.transactional_id,
-            producer_id=prepared.triple.producer_id,
-            producer_epoch=prepared.triple.producer_epoch,
+            triple=prepared.triple,
             offsets=prepared.offsets,
             prepared_at_ms=prepared.prepared_at_ms,
         )
@@ -125,7 +119,7 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, nargs="*", default=[8, 32, 128])
     parser.add_argument("--rounds", type=int, default=0, help="per size; 0: 40, 30, 12")
     options = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, testbed.kafka_bootstrap(Path(tmp)) as bootstrap:
+    with tempfile.TemporaryDirectory() as tmp, testing.kafka_bootstrap(Path(tmp)) as bootstrap:
         results = [
             measure(bootstrap, Path(tmp), n, options.rounds or DEFAULT_ROUNDS.get(n, 20))
             for n in options.tasks

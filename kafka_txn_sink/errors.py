@@ -18,6 +18,18 @@ class InputError(KafkaTxnSinkError):
 class QueryIdMismatchError(KafkaTxnSinkError):
     """The query writing now is not the one the commit log belongs to (checkpoint replaced)."""
 
+    @classmethod
+    def for_log(
+        cls, sink_id: str, log_uri: str, log_query_id: str, query_id: str
+    ) -> QueryIdMismatchError:
+        """The error for query `query_id` writing to a log that belongs to `log_query_id`."""
+        return cls(
+            f"the commit log {log_uri} of sink {sink_id} belongs to streaming query "
+            f"{log_query_id}, but query {query_id} is writing: the checkpoint was deleted or "
+            f"replaced. Restore the checkpoint, or start over with a new sinkId and commitLog; "
+            f"batches are never skipped silently."
+        )
+
 
 class CommitLogError(KafkaTxnSinkError):
     """The commit log cannot be read or written, or holds something it should not."""

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.kafka.producer import producer_config
 from kafka_txn_sink.protocol.txn_ids import validate_sink_id
 from kafka_txn_sink.storage import S3Settings
 
@@ -311,6 +312,12 @@ class SinkOptions:
     def client_timeout_s(self) -> float:
         """Deadline of one Kafka client call of the tasks and the driver, in seconds."""
         return self.commit_timeout_ms / 1000
+
+    def producer_config(self, txn_id: str) -> dict[str, Any]:
+        """The settings of a transactional producer of id `txn_id` (tasks and republishing)."""
+        return producer_config(
+            self.bootstrap_servers, self.kafka, txn_id, self.require_transaction_timeout()
+        )
 
     def with_transaction_timeout(self, timeout_ms: int) -> SinkOptions:
         """These options with the transaction timeout resolved against the brokers."""

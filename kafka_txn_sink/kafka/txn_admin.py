@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import kafka.errors as kafka_errors
@@ -27,17 +26,18 @@ from kafka.protocol.metadata import CoordinatorType
 from kafka.protocol.producer import EndTxnRequest
 
 from kafka_txn_sink.errors import KafkaUnavailableError
+from kafka_txn_sink.kafka.admin_api import NOT_FOUND, ONGOING, EndTxnResult, TxnState
 from kafka_txn_sink.kafka.client_cache import ClientCache
 from kafka_txn_sink.protocol.messages import Triple
 
 log = logging.getLogger(__name__)
 
+__all__ = ["NOT_FOUND", "ONGOING", "EndTxnResult", "TxnAdmin", "TxnState", "shared_txn_admin"]
+
 END_TXN_MAX_VERSION = 3
 # Requests pipelined on one connection; EndTxns beyond it wait for a slot in `end_transactions`.
 MAX_IN_FLIGHT = 256
 
-ONGOING = "Ongoing"
-NOT_FOUND = "NotFound"
 
 # librdkafka setting -> kafka-python admin setting, for what a secured cluster needs.
 _SECURITY_SETTINGS = {
@@ -51,32 +51,6 @@ _SECURITY_SETTINGS = {
     "ssl.key.location": "ssl_keyfile",
     "ssl.key.password": "ssl_password",
 }
-
-
-@dataclass(frozen=True)
-class TxnState:
-    """One transactional id as its coordinator describes it."""
-
-    transactional_id: str
-    state: str
-    producer_id: int = -1
-    producer_epoch: int = -1
-    timeout_ms: int = 0
-    start_ms: int = -1
-
-    @property
-    def triple(self) -> Triple:
-        return Triple(self.transactional_id, self.producer_id, self.producer_epoch)
-
-
-@dataclass(frozen=True)
-class EndTxnResult:
-    triple: Triple
-    error: str | None  # None: the coordinator accepted it
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 def admin_settings(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> dict[str, Any]:

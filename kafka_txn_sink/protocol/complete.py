@@ -1,29 +1,28 @@
-"""Settling transactions: rolling decided batches forward, and aborting what nobody decided.
+"""Phase 2 of the commit: complete a decided batch, whatever happened since its decision.
 
-Used by `commit()` (phase 2 and the clean-up), by `streamWriter()` (roll forward only) and by
-the CLI. Whatever is decided is committed; whatever is not decided is aborted. A decided
-participant the broker aborted first is lost, except for its file references (files mode),
-which are published again (republish.py).
+`Settler.complete(decision)` sends EndTxn(commit) for every participant the decision names
+(`txn_admin`), settles each EndTxn error by reading the participant's first record back at
+read_committed (the fate probe: an error is no proof of abort), publishes again the file
+references of a participant the broker aborted first (files mode, in recorded rounds), and
+writes the completion marker, recording what was lost. Aborting exact triples (`abort`) is the
+only other thing it does. The driver's `commit()` (decide.py), the roll-forward at start
+(recover.py) and `kafka-txn-sink recover` all complete batches through it.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import (
-    KafkaTxnSinkError,
     TransactionCompletionError,
     TransactionLostError,
 )
-from kafka_txn_sink.files.republish import Republisher
-from kafka_txn_sink.kafka.cluster import Cluster
-from kafka_txn_sink.kafka.txn_admin import ONGOING, EndTxnResult, TxnAdmin
-from kafka_txn_sink.options import SinkOptions
+from kafka_txn_sink.kafka.admin_api import EndTxnResult, FateProbe, TransactionAdmin
 from kafka_txn_sink.protocol.messages import (
     Completion,
     Decision,
@@ -32,8 +31,8 @@ from kafka_txn_sink.protocol.messages import (
     Participant,
     Republish,
     Triple,
+    now_ms,
 )
-from kafka_txn_sink.protocol.txn_ids import owns, republish_id, transactional_id
 
 log = logging.getLogger(__name__)
 
@@ -42,23 +41,35 @@ log = logging.getLogger(__name__)
 MAX_REPUBLISH_ROUNDS = 20
 
 
+class Republishing(Protocol):
+    """Files mode's part in completing: produce lost participants' references once more."""
+
+    def prepare(
+        self, decision: Decision, participants: Sequence[Participant], round_: int
+    ) -> Republish:
+        """Produce the references in an open transaction; the round's record (not yet stored)."""
+        ...
+
+
 @dataclass(frozen=True)
 class Settled:
+    """A batch's completion marker, and whether this call wrote it."""
+
     completion: Completion
     newly_written: bool
 
 
 class Settler:
-    """Completes decided batches and aborts leftovers, for one sink."""
+    """Completes decided batches of one sink, and aborts exact triples."""
 
     def __init__(
         self,
         sink_id: str,
         commit_log: CommitLog,
-        txn_admin: TxnAdmin,
-        cluster: Cluster,
+        txn_admin: TransactionAdmin,
+        cluster: FateProbe,
         deadline_s: float,
-        republisher: Republisher | None = None,
+        republisher: Republishing | None = None,
     ):
         self._sink_id = sink_id
         self._log = commit_log
@@ -66,20 +77,6 @@ class Settler:
         self._cluster = cluster
         self._deadline_s = deadline_s
         self._republisher = republisher
-
-    @classmethod
-    def for_options(
-        cls, options: SinkOptions, commit_log: CommitLog, txn_admin: TxnAdmin, cluster: Cluster
-    ) -> Settler:
-        """The settler of a running sink: its deadlines, and republishing in files mode."""
-        return cls(
-            options.sink_id,
-            commit_log,
-            txn_admin,
-            cluster,
-            options.commit_timeout_ms / 1000,
-            Republisher.for_options(options),
-        )
 
     def complete(self, decision: Decision) -> Settled:
         """Commit every participant of a decided batch, then write its completion marker.
@@ -96,7 +93,7 @@ class Settler:
         completion = Completion(
             sink_id=self._sink_id,
             batch_id=decision.batch_id,
-            completed_at_ms=_now_ms(),
+            completed_at_ms=now_ms(),
             lost=tuple(_lost(p, reason) for p, reason in lost if _still_lost(p, republish)),
             republished=republish.partitions if republish is not None else (),
         )
@@ -111,42 +108,11 @@ class Settler:
         self._log.write_hint(decision.batch_id)
         return settled.completion
 
-    def roll_forward_incomplete(self) -> list[Completion]:
-        """Complete every decided batch that has no completion marker yet."""
-        done = []
-        for batch_id in self._log.incomplete_batches():
-            decision = self._log.decision(batch_id)
-            if decision is not None:
-                log.warning("rolling forward decided batch %d of sink %s", batch_id, self._sink_id)
-                done.append(self.complete_or_raise_loss(decision))
-        return done
-
     def abort(self, triples: Iterable[Triple]) -> list[EndTxnResult]:
+        """EndTxn(abort) for exactly these triples; the coordinator's answers."""
         return self._txn_admin.end_transactions(
             triples, commit=False, deadline_s=self._deadline_s
         )
-
-    def clean_up(self, protected: set[Triple] | None = None) -> list[Triple]:
-        """Abort every open transaction of this sink that no incomplete decision holds.
-
-        Best effort: it never raises. No task of this sink runs when it is called, so nothing
-        live is touched.
-        """
-        try:
-            failpoints.fire("driver.before_cleanup")
-            keep = protected if protected is not None else self._incomplete_triples()
-            stale = [t for t in self._open_triples() if t not in keep]
-            for result in self.abort(stale):
-                if not result.ok:
-                    log.warning("clean-up could not abort %s: %s", result.triple, result.error)
-            return stale
-        except failpoints.FailpointError:
-            raise
-        except Exception:
-            log.warning(
-                "clean-up of sink %s failed; the next batch retries", self._sink_id, exc_info=True
-            )
-            return []
 
     def _republish(self, decision: Decision, lost: Sequence[Participant]) -> Republish | None:
         """Publish the file references of `lost` once more; the round that did it.
@@ -241,36 +207,6 @@ class Settler:
         )
         return visible
 
-    def _open_triples(self) -> list[Triple]:
-        try:
-            ids = [i for i in self._txn_admin.list_ids([ONGOING]) if owns(self._sink_id, i)]
-        except KafkaTxnSinkError:
-            # No DESCRIBE on the cluster: probe the ids the log says this sink has used.
-            ids = [
-                transactional_id(self._sink_id, p) for p in range(self._log.max_partition_count())
-            ] + [republish_id(self._sink_id)]
-        states = self._txn_admin.describe(ids)
-        return [s.triple for s in states.values() if s.state == ONGOING]
-
-    def _incomplete_triples(self) -> set[Triple]:
-        triples: set[Triple] = set()
-        for batch_id in self._log.incomplete_batches():
-            decision = self._log.decision(batch_id)
-            if decision is not None:
-                triples.update(p.triple for p in decision.participants)
-                triples.update(self._republish_triples(batch_id))
-        return triples
-
-    def _republish_triples(self, batch_id: int) -> list[Triple]:
-        triples: list[Triple] = []
-        for round_ in range(MAX_REPUBLISH_ROUNDS):
-            record = self._log.republish(batch_id, round_)
-            if record is None:
-                break
-            triples.append(record.triple)
-        return triples
-
-
 def _still_lost(participant: Participant, republish: Republish | None) -> bool:
     """Lost unless republished; records beside the references are lost all the same."""
     if republish is None or participant.partition not in republish.partitions:
@@ -286,9 +222,7 @@ def _first_record(offsets: OffsetRanges) -> tuple[str, int, int]:
 
 def _lost(participant: Participant, reason: str) -> LostParticipant:
     return LostParticipant(
-        transactional_id=participant.transactional_id,
-        producer_id=participant.producer_id,
-        producer_epoch=participant.producer_epoch,
+        triple=participant.triple,
         partition=participant.partition,
         rows=participant.rows,
         offsets=participant.offsets,
@@ -298,7 +232,7 @@ def _lost(participant: Participant, reason: str) -> LostParticipant:
 
 def _loss_message(completion: Completion) -> str:
     parts = "; ".join(
-        f"Spark partition {x.partition} ({x.transactional_id}, {x.rows} rows, offsets "
+        f"Spark partition {x.partition} ({x.triple.transactional_id}, {x.rows} rows, offsets "
         f"{ {t: dict(r) for t, r in x.offsets.items()} }, {x.reason})"
         for x in completion.lost
     )
@@ -309,7 +243,3 @@ def _loss_message(completion: Completion) -> str:
         f"Raise transactionTimeoutMs (and the brokers' transaction.max.timeout.ms) and restart "
         f"crashed drivers sooner."
     )
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

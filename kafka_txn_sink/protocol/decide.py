@@ -1,22 +1,22 @@
-"""The driver's side of the two-phase commit: `commit(messages, batchId)` and `abort(...)`.
+"""Step 2, on the driver: decide a batch (`commit(messages, batchId)`), or abort it.
 
-Steps of `commit`, in this order (DESIGN §3):
-1. the tasks' query id equals the log's (checked before anything else);
-2. a batch already decided is rolled forward, nothing more;
-3. the messages are complete and add up;
-4. every prepared transaction is still Ongoing with its triple and has time left;
-5. the decision record is written, put-if-absent: the commit point;
-6. EndTxn(commit) for every participant, settled by a probe when it errs;
-7. the completion marker;
-8. the best-effort clean-up of this sink's leftovers, when due (`CleanupSchedule`).
+`Committer.commit` does, in this order:
+1. checks that the tasks' query is the one the commit log belongs to (before anything else);
+2. rolls forward a batch that is decided already, and does nothing more for it;
+3. checks that every task sent a message and that they add up;
+4. checks that every prepared transaction is still Ongoing with its triple and has time left
+   before the brokers would abort it (the margin: commitLogTimeoutMs + commitTimeoutMs +
+   clockSkewMs);
+5. writes the decision record put-if-absent: the commit point of the batch;
+6. completes the batch (complete.py): EndTxn(commit) for every participant, settled by a probe
+   when it errs, then the completion marker;
+7. runs the clean-up of this sink's leftovers when it is due (recover.py).
+`abort` aborts each prepared transaction no decision holds, and never touches a decided one.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import threading
-import time
 from collections.abc import Sequence
 
 from pyspark.sql.datasource import WriterCommitMessage
@@ -30,20 +30,56 @@ from kafka_txn_sink.errors import (
     QueryIdMismatchError,
     TransactionTooOldError,
 )
-from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
+from kafka_txn_sink.kafka.admin_api import ONGOING, TransactionAdmin
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.complete import Settler
-from kafka_txn_sink.protocol.messages import Decision, Participant, TaskCommit
+from kafka_txn_sink.protocol.messages import Decision, Participant, TaskCommit, now_ms
+from kafka_txn_sink.protocol.recover import CleanupSchedule, clean_up
+from kafka_txn_sink.protocol.session import cleanup_schedule, driver_session
 
 log = logging.getLogger(__name__)
 
 
+def commit_batch(
+    options: SinkOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int
+) -> None:
+    """Spark's `commit(messages, batchId)`: decide batch `batch_id` and complete it.
+
+    Raises:
+        KafkaTxnSinkError: the batch cannot be decided (nothing of it is published; Spark
+            runs it again) or its completion failed (recovery finishes it).
+    """
+    schedule = cleanup_schedule(options)
+    with driver_session(options) as session:
+        committer = Committer(
+            options, session.commit_log, session.txn_admin, session.settler, schedule
+        )
+        try:
+            committer.commit(messages, batch_id)
+        except BaseException:
+            schedule.make_due("the previous commit failed")
+            raise
+
+
+def abort_batch(
+    options: SinkOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int
+) -> None:
+    """Spark's `abort(messages, batchId)`: abort what the tasks prepared, unless decided."""
+    cleanup_schedule(options).make_due("a batch was aborted")
+    with driver_session(options) as session:
+        Committer(options, session.commit_log, session.txn_admin, session.settler).abort(
+            messages, batch_id
+        )
+
+
 class Committer:
+    """The driver's decision of one batch, and what follows it, for one sink."""
+
     def __init__(
         self,
         options: SinkOptions,
         commit_log: CommitLog,
-        txn_admin: TxnAdmin,
+        txn_admin: TransactionAdmin,
         settler: Settler,
         cleanup: CleanupSchedule | None = None,
     ):
@@ -73,7 +109,7 @@ class Committer:
         self._settler.complete_or_raise_loss(decision)
         failpoints.fire("driver.after_completion", batch_id)
         if self._cleanup is None or self._cleanup.take_due():
-            self._settler.clean_up()
+            clean_up(self._options.sink_id, self._log, self._txn_admin, self._settler)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
         """Abort each prepared transaction that no decision holds; never touch a decided one."""
@@ -82,12 +118,12 @@ class Committer:
         if decision is not None:
             self._abort_undecided(tasks, decision)
         else:
-            prepared = [t.triple for t in tasks if t.status == "prepared"]
+            prepared = [t.prepared_triple for t in tasks if t.status == "prepared"]
             for result in self._settler.abort(prepared):
                 if not result.ok:
                     log.warning("abort of %s failed: %s", result.triple, result.error)
         if len(tasks) < len(messages) or not messages:
-            self._settler.clean_up()
+            clean_up(self._options.sink_id, self._log, self._txn_admin, self._settler)
 
     def _decide(self, tasks: list[TaskCommit], batch_id: int) -> Decision:
         if any(t.status == "skipped" for t in tasks):
@@ -105,7 +141,7 @@ class Committer:
             participants=participants,
             tasks=len(tasks),
             rows=sum(p.rows for p in participants),
-            decided_at_ms=_now_ms(),
+            decided_at_ms=now_ms(),
         )
         failpoints.fire("driver.before_decision", batch_id)
         self._log.put_decision(decision)
@@ -114,7 +150,7 @@ class Committer:
 
     def _check_prepared(self, participants: Sequence[Participant], batch_id: int) -> None:
         states = self._txn_admin.describe(p.transactional_id for p in participants)
-        now_ms = _now_ms()
+        now = now_ms()
         too_old = []
         for participant in participants:
             state = states.get(participant.transactional_id)
@@ -125,7 +161,7 @@ class Committer:
                     f"coordinator reports {state}. It was fenced or aborted; nothing of the "
                     f"batch is published and the batch runs again."
                 )
-            left_ms = state.start_ms + state.timeout_ms - now_ms
+            left_ms = state.start_ms + state.timeout_ms - now
             if left_ms < self._options.margin_ms:
                 too_old.append((participant, left_ms))
         if too_old:
@@ -133,7 +169,11 @@ class Committer:
 
     def _abort_undecided(self, tasks: Sequence[TaskCommit], decision: Decision) -> bool:
         decided = {p.triple for p in decision.participants}
-        stray = [t.triple for t in tasks if t.status == "prepared" and t.triple not in decided]
+        stray = [
+            t.prepared_triple
+            for t in tasks
+            if t.status == "prepared" and t.prepared_triple not in decided
+        ]
         if stray:
             log.warning(
                 "aborting %d prepared transactions that batch %d did not decide",
@@ -148,48 +188,6 @@ class Committer:
             self._cleanup.make_due(reason)
 
 
-class CleanupSchedule:
-    """When `commit()` runs the full clean-up (ListTransactions, DescribeTransactions, aborts).
-
-    The clean-up finds leftovers: transactions of crashed runs, of losing task attempts, of ids
-    of partitions that no longer exist. A batch that completed without any of the signs below
-    leaves none: each of its tasks initialised its id (fencing whatever that id had open), its
-    participants are committed, and no other id was used. So it runs when there may be
-    something to find: the first commit of this sink in this process (a restart: ids of a
-    crashed run, possibly more of them than there are partitions now), after a failed commit or
-    an abort, after a roll-forward, a retried task or an aborted stray, and otherwise every
-    `every_batches` batches or `every_s` seconds, whichever comes first, as a safety net for
-    what the driver cannot see (e.g. a zombie attempt of an abandoned stage).
-    """
-
-    def __init__(self, every_batches: int = 10, every_s: float = 60.0):
-        self.every_batches = every_batches
-        self.every_s = every_s
-        self.pid = os.getpid()
-        self._lock = threading.Lock()
-        self._due: str | None = "the first commit of this sink in this process"
-        self._since = 0
-        self._last = time.monotonic()
-
-    def make_due(self, reason: str) -> None:
-        with self._lock:
-            self._due = self._due or reason
-
-    def take_due(self) -> bool:
-        """Whether to run the clean-up now; if so, the schedule restarts from here."""
-        with self._lock:
-            self._since += 1
-            due = (
-                self._due is not None
-                or self._since >= self.every_batches
-                or time.monotonic() - self._last >= self.every_s
-            )
-            if due:
-                log.debug("clean-up due: %s", self._due or "periodic")
-                self._due, self._since, self._last = None, 0, time.monotonic()
-            return due
-
-
 def check_query_id(commit_log: CommitLog, query_ids: set[str]) -> None:
     """The writing query must be the one the log belongs to.
 
@@ -202,18 +200,9 @@ def check_query_id(commit_log: CommitLog, query_ids: set[str]) -> None:
         return
     foreign = sorted(q for q in query_ids if q != latest.query_id)
     if foreign:
-        raise query_id_mismatch(latest.sink_id, commit_log.uri, latest.query_id, foreign[0])
-
-
-def query_id_mismatch(
-    sink_id: str, log_uri: str, log_query_id: str, query_id: str
-) -> QueryIdMismatchError:
-    return QueryIdMismatchError(
-        f"the commit log {log_uri} of sink {sink_id} belongs to streaming query "
-        f"{log_query_id}, but query {query_id} is writing: the checkpoint was deleted or "
-        f"replaced. Restore the checkpoint, or start over with a new sinkId and commitLog; "
-        f"batches are never skipped silently."
-    )
+        raise QueryIdMismatchError.for_log(
+            latest.sink_id, commit_log.uri, latest.query_id, foreign[0]
+        )
 
 
 def _complete_messages(
@@ -254,7 +243,3 @@ def _too_old_message(
         f"transaction.max.timeout.ms on the brokers and transactionTimeoutMs on the sink "
         f"(now {options.transaction_timeout_ms} ms)."
     )
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

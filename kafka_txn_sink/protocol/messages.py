@@ -8,6 +8,8 @@ transaction is completed; a `Completion` follows once every participant's fate i
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
@@ -33,6 +35,22 @@ class Triple:
 
     def __str__(self) -> str:
         return f"{self.transactional_id}(pid={self.producer_id}, epoch={self.producer_epoch})"
+
+    def to_json(self) -> dict[str, Any]:
+        """The three fields as the commit log's records spell them, flat."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Triple:
+        """The triple of a record that spells it flat (see `to_json`)."""
+        return cls(
+            str(body["transactional_id"]), int(body["producer_id"]), int(body["producer_epoch"])
+        )
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, as the records' `..._at_ms` fields and the brokers use them."""
+    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -64,18 +82,21 @@ class TaskCommit(WriterCommitMessage):
     attempt: int
     status: TaskStatus
     rows: int = 0
-    transactional_id: str | None = None
-    producer_id: int = -1
-    producer_epoch: int = -1
+    triple: Triple | None = None  # the prepared transaction; None unless status is prepared
     offsets: OffsetRanges = field(default_factory=dict)
     prepared_at_ms: int = 0
     files: tuple[FileRef, ...] = ()
 
     @property
-    def triple(self) -> Triple:
-        if self.transactional_id is None:
+    def prepared_triple(self) -> Triple:
+        """The prepared transaction.
+
+        Raises:
+            ValueError: this task prepared none (it was empty or skipped).
+        """
+        if self.triple is None:
             raise ValueError(f"task {self.partition} of batch {self.batch_id} has no transaction")
-        return Triple(self.transactional_id, self.producer_id, self.producer_epoch)
+        return self.triple
 
 
 @dataclass(frozen=True)
@@ -84,27 +105,29 @@ class Participant:
 
     partition: int
     attempt: int
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
+    triple: Triple
     rows: int
     offsets: OffsetRanges
     files: tuple[FileRef, ...] = ()
 
     @property
-    def triple(self) -> Triple:
-        return Triple(self.transactional_id, self.producer_id, self.producer_epoch)
+    def transactional_id(self) -> str:
+        """The transactional id of the participant's transaction."""
+        return self.triple.transactional_id
 
     @classmethod
     def from_task(cls, task: TaskCommit) -> Participant:
-        if task.status != "prepared" or task.transactional_id is None:
+        """The participant a prepared task's message describes.
+
+        Raises:
+            ValueError: the task did not prepare a transaction.
+        """
+        if task.status != "prepared":
             raise ValueError(f"task {task.partition} is {task.status}, not prepared")
         return cls(
             partition=task.partition,
             attempt=task.attempt,
-            transactional_id=task.transactional_id,
-            producer_id=task.producer_id,
-            producer_epoch=task.producer_epoch,
+            triple=task.prepared_triple,
             rows=task.rows,
             offsets=task.offsets,
             files=task.files,
@@ -176,13 +199,16 @@ class Decision:
 class LostParticipant:
     """A decided transaction that the broker aborted before it could be committed."""
 
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
+    triple: Triple
     partition: int
     rows: int
     offsets: OffsetRanges
     reason: str
+
+    @property
+    def transactional_id(self) -> str:
+        """The transactional id of the lost transaction."""
+        return self.triple.transactional_id
 
 
 @dataclass(frozen=True)
@@ -197,24 +223,18 @@ class Republish:
     batch_id: int
     round: int
     partitions: tuple[int, ...]
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
+    triple: Triple
     references: int
     offsets: OffsetRanges
     recorded_at_ms: int
     version: int = FORMAT_VERSION
-
-    @property
-    def triple(self) -> Triple:
-        return Triple(self.transactional_id, self.producer_id, self.producer_epoch)
 
     def same_republish(self, other: Republish) -> bool:
         """Equal in everything but the time it was recorded."""
         return replace(self, recorded_at_ms=0) == replace(other, recorded_at_ms=0)
 
     def to_json(self) -> bytes:
-        body = {**asdict(self), "offsets": _offsets_json(self.offsets)}
+        body = {**_flat(asdict(self)), "offsets": _offsets_json(self.offsets)}
         body["partitions"] = list(self.partitions)
         return _dump("republish", body)
 
@@ -224,7 +244,7 @@ class Republish:
         try:
             return cls(
                 **{
-                    **body,
+                    **_nested(body),
                     "partitions": tuple(int(p) for p in body["partitions"]),
                     "offsets": _offsets_from(body["offsets"]),
                 }
@@ -250,7 +270,9 @@ class Completion:
 
     def to_json(self) -> bytes:
         body = asdict(self)
-        body["lost"] = [{**asdict(x), "offsets": _offsets_json(x.offsets)} for x in self.lost]
+        body["lost"] = [
+            {**_flat(asdict(x)), "offsets": _offsets_json(x.offsets)} for x in self.lost
+        ]
         if self.republished:
             body["republished"] = list(self.republished)
         else:
@@ -262,7 +284,7 @@ class Completion:
         body = _load("completion", data)
         try:
             lost = tuple(
-                LostParticipant(**{**x, "offsets": _offsets_from(x["offsets"])})
+                LostParticipant(**{**_nested(x), "offsets": _offsets_from(x["offsets"])})
                 for x in body.get("lost", [])
             )
             return cls(
@@ -306,7 +328,7 @@ def _by_partition(participant: Participant) -> int:
 
 
 def _participant_json(participant: Participant) -> dict[str, Any]:
-    body = {**asdict(participant), "offsets": _offsets_json(participant.offsets)}
+    body = {**_flat(asdict(participant)), "offsets": _offsets_json(participant.offsets)}
     if not participant.files:
         body.pop("files")  # records mode keeps its records as they were
     return body
@@ -314,7 +336,26 @@ def _participant_json(participant: Participant) -> dict[str, Any]:
 
 def _participant_from(body: dict[str, Any]) -> Participant:
     files = tuple(FileRef.from_json(f) for f in body.get("files", ()))
-    return Participant(**{**body, "offsets": _offsets_from(body["offsets"]), "files": files})
+    return Participant(
+        **{**_nested(body), "offsets": _offsets_from(body["offsets"]), "files": files}
+    )
+
+
+_TRIPLE_FIELDS = ("transactional_id", "producer_id", "producer_epoch")
+
+
+def _flat(body: dict[str, Any]) -> dict[str, Any]:
+    """A record body with its `triple` spelt as three top-level fields, as logs store it."""
+    flat = {k: v for k, v in body.items() if k != "triple"}
+    flat.update(body["triple"])
+    return flat
+
+
+def _nested(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The inverse of `_flat`: the three fields gathered into one `Triple`."""
+    nested = {k: v for k, v in body.items() if k not in _TRIPLE_FIELDS}
+    nested["triple"] = Triple.from_json(body)
+    return nested
 
 
 def _offsets_json(offsets: OffsetRanges) -> dict[str, dict[str, list[int]]]:

@@ -1,37 +1,21 @@
-"""The Arrow write path: tasks take Spark's Arrow record batches as they come (PySpark 4.1+).
+"""Records mode on the Arrow write path: records taken from whole columns (PySpark 4.1+).
 
-Spark hands every Python data source writer Arrow record batches; for a row writer PySpark turns
-each batch into one `Row` per row first (a Python call per cell, then one per row: about 2 us a
-row, measured). `DataSourceStreamArrowWriter` (PySpark 4.1+) skips that: here records mode
-takes whole columns out of each batch and produces from them.
-
-What is and is not avoidable with confluent-kafka: `produce()` takes one Python `bytes` (or
-`str`) per key and per value, so one Python object per used cell remains; string columns are
-reinterpreted as binary (`Array.view`, no copy, no decoding), and each column is converted in one
-`to_pylist()` call in C. Avoided: the `Row` per row, the per-cell converters, the per-row type
-checks and column lookups. Files mode writes Avro with fastavro, which wants one Python value per
-field, so it converts each batch to rows with PySpark's own converters (the values a row writer
-would see), column by column.
-
-On PySpark 4.0 the import fails and `streamWriter()` uses the row writer.
+For a row writer PySpark turns each Arrow batch into one `Row` per row first (a Python call per
+cell, then one per row: about 2 us a row, measured). The Arrow writer skips that, and here the
+used columns of each batch are converted in one `to_pylist()` call each, in C; string columns are
+reinterpreted as binary (`Array.view`, no copy, no decoding). What remains is one Python `bytes`
+per key and per value, which confluent-kafka's `produce()` takes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyspark.sql.datasource as _datasource
 
 from kafka_txn_sink.errors import InputError
 from kafka_txn_sink.records.columns import Columns
-
-# PySpark 4.1+ has it; on 4.0 this is None and the row writer is used.
-ArrowStreamWriterBase: Any = getattr(_datasource, "DataSourceStreamArrowWriter", None)
-ARROW_WRITER_AVAILABLE = ArrowStreamWriterBase is not None
-
 
 Headers = list[tuple[str, bytes | None]]
 
@@ -105,30 +89,6 @@ def send_batch(txn: Any, records: RecordColumns, default_topic: str | None) -> N
             partition=records.partitions[index] if records.partitions is not None else None,
             headers=records.headers[index] if records.headers is not None else None,
         )
-
-
-def row_converter(schema: Any) -> Callable[[pa.RecordBatch], Iterator[tuple[Any, ...]]]:
-    """Rows of a batch as tuples of the Python values a row writer gets for `schema`
-    (PySpark's own converters: timestamps, decimals, maps, structs as for `Row`s)."""
-    from pyspark.sql.conversion import ArrowTableToRowsConversion
-
-    create: Any = ArrowTableToRowsConversion._create_converter
-    converters: list[Callable[[Any], Any] | None] = []
-    for field in schema.fields:
-        try:
-            converter = create(field.dataType, none_on_identity=True)
-        except TypeError:  # a PySpark without the keyword
-            converter = create(field.dataType)
-        converters.append(converter)
-
-    def rows(batch: pa.RecordBatch) -> Iterator[tuple[Any, ...]]:
-        columns: list[Sequence[Any]] = []
-        for array, convert in zip(batch.columns, converters, strict=True):
-            values = array.to_pylist()
-            columns.append(values if convert is None else [convert(v) for v in values])
-        return zip(*columns, strict=True)
-
-    return rows
 
 
 def _topics(array: pa.Array) -> list[str | None]:

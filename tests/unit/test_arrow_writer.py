@@ -3,31 +3,25 @@ writer, so the batches are built with pyarrow directly, as Spark 4.1 would hand 
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.conversion import ArrowTableToRowsConversion
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
-    DecimalType,
     IntegerType,
-    MapType,
     StringType,
     StructField,
     StructType,
-    TimestampType,
 )
 
 from kafka_txn_sink.errors import InputError
-from kafka_txn_sink.options import parse_options
-from kafka_txn_sink.protocol.stream_writer import KafkaTxnStreamArrowWriter
-from kafka_txn_sink.records.arrow import bytes_list, record_columns, row_converter, send_batch
+from kafka_txn_sink.protocol.prepare import _feed_batches
+from kafka_txn_sink.records.arrow import bytes_list, record_columns, send_batch
 from kafka_txn_sink.records.columns import plan_columns
+from kafka_txn_sink.records.output import RecordsOutput
 
 HEADERS = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])
@@ -136,53 +130,17 @@ def test_a_header_without_a_key_is_an_input_error() -> None:
         record_columns(batch, plan_columns(schema, "out"))
 
 
-def test_files_mode_rows_equal_what_the_row_writer_gets() -> None:
-    schema = StructType(
-        [
-            StructField("ts", TimestampType()),
-            StructField("amount", DecimalType(10, 2)),
-            StructField("tags", MapType(StringType(), IntegerType())),
-            StructField("inner", StructType([StructField("a", StringType())])),
-            StructField("name", StringType()),
-        ]
-    )
-    batch = pa.record_batch(
-        [
-            pa.array([dt.datetime(2026, 11, 21, 5, 6, 7, tzinfo=dt.timezone.utc), None]),
-            pa.array([Decimal("1.25"), None], pa.decimal128(10, 2)),
-            pa.array([[("x", 1)], None], pa.map_(pa.string(), pa.int32())),
-            pa.array([{"a": "b"}, None], pa.struct([("a", pa.string())])),
-            pa.array(["n1", None]),
-        ],
-        names=["ts", "amount", "tags", "inner", "name"],
-    )
-    # What PySpark's row writer path builds from the same batch (write_into_data_source.py).
-    converters = [ArrowTableToRowsConversion._create_converter(f.dataType) for f in schema.fields]
-    columns = [c.to_pylist() for c in batch.columns]
-    expected = [
-        tuple(converters[c](columns[c][r]) for c in range(batch.num_columns))
-        for r in range(batch.num_rows)
-    ]
-
-    assert list(row_converter(schema)(batch)) == expected
-
-
 def test_the_arrow_writer_sends_each_batch_and_skips_empty_ones() -> None:
-    options = parse_options(
-        {"kafka.bootstrap.servers": "h:1", "sinkId": "s", "commitLog": "/tmp/l", "topic": "out"}
-    ).with_transaction_timeout(60_000)
     schema = StructType([StructField("value", StringType())])
-    writer = KafkaTxnStreamArrowWriter(
-        options, plan_columns(schema, "out"), None, None, None, schema=schema
-    )
     batches = [
         pa.record_batch([pa.array(["a", "b"])], ["value"]),
         pa.record_batch([pa.array([], pa.string())], ["value"]),
         pa.record_batch([pa.array(["c"])], ["value"]),
     ]
     txn = FakeTxn()
+    output = RecordsOutput(txn, plan_columns(schema, "out"), "out")  # type: ignore[arg-type]
 
-    writer._send(txn, None, iter(batches), batch_id=0)  # type: ignore[arg-type]
+    _feed_batches([output], iter(batches), batch_id=0)
 
     assert [s[1] for s in txn.sent] == [b"a", b"b", b"c"]
     assert txn.bulk_calls == 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_txn_sink.datasource import check_producer_settings
+from kafka_txn_sink.protocol.start import check_producer_settings
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.kafka.producer import producer_config
 from kafka_txn_sink.options import parse_options

@@ -1,4 +1,4 @@
-"""The driver's protocol steps in order, with a fake coordinator and a real local commit log.
+"""The driver's protocol steps in order, with a fake TxnAdmin and a real local commit log.
 
 The broker's side of each step is tested against Apache Kafka in tests/integration and
 tests/e2e; here the order and the decisions of the driver are pinned down one by one.
@@ -22,7 +22,7 @@ from kafka_txn_sink.errors import (
     TransactionLostError,
     TransactionTooOldError,
 )
-from kafka_txn_sink.kafka.txn_admin import ONGOING, EndTxnResult, TxnState
+from kafka_txn_sink.kafka.admin_api import ONGOING, EndTxnResult, TxnState
 from kafka_txn_sink.options import parse_options
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.decide import Committer
@@ -33,7 +33,7 @@ QUERY = "query-a"
 
 
 @dataclass
-class FakeCoordinator:
+class FakeTxnAdmin:
     """Answers like a coordinator whose transactions are all open, unless told otherwise."""
 
     states: dict[str, TxnState] = field(default_factory=dict)
@@ -88,7 +88,7 @@ class FakeCluster:
 @dataclass
 class Driver:
     log: CommitLog
-    txn_admin: FakeCoordinator
+    txn_admin: FakeTxnAdmin
     cluster: FakeCluster
     committer: Committer
 
@@ -106,9 +106,9 @@ def driver(tmp_path: Path) -> Driver:
         }
     ).with_transaction_timeout(60_000)
     log = open_commit_log(options.commit_log)
-    txn_admin, cluster = FakeCoordinator(), FakeCluster()
-    settler = Settler(SINK, log, txn_admin, cluster, deadline_s=1)  # type: ignore[arg-type]
-    committer = Committer(options, log, txn_admin, settler)  # type: ignore[arg-type]
+    txn_admin, cluster = FakeTxnAdmin(), FakeCluster()
+    settler = Settler(SINK, log, txn_admin, cluster, deadline_s=1)
+    committer = Committer(options, log, txn_admin, settler)
     return Driver(log, txn_admin, cluster, committer)
 
 
@@ -122,12 +122,10 @@ def prepared(
         attempt=0,
         status="prepared",
         rows=10,
-        transactional_id=f"{SINK}-{partition}",
-        producer_id=100 + partition,
-        producer_epoch=epoch,
+        triple=Triple(f"{SINK}-{partition}", 100 + partition, epoch),
         offsets={"out": {partition: (batch * 10, batch * 10 + 9)}},
     )
-    driver.txn_admin.open(task.triple)
+    driver.txn_admin.open(task.prepared_triple)
     return task
 
 
@@ -142,7 +140,9 @@ def test_commit_decides_then_commits_every_participant(driver: Driver) -> None:
 
     decision = driver.log.decision(0)
     assert decision is not None and len(decision.participants) == 3
-    assert sorted(ends(driver, commit=True), key=str) == sorted((t.triple for t in tasks), key=str)
+    assert sorted(ends(driver, commit=True), key=str) == sorted(
+        (t.prepared_triple for t in tasks), key=str
+    )
     completion = driver.log.completion(0)
     assert completion is not None and completion.lost == ()
 
@@ -165,8 +165,8 @@ def test_a_decided_batch_is_rolled_forward_and_new_attempts_aborted(driver: Driv
 
     driver.committer.commit([retry], 0)
 
-    assert ends(driver, commit=False) == [retry.triple]
-    assert retry.triple not in ends(driver, commit=True)
+    assert ends(driver, commit=False) == [retry.prepared_triple]
+    assert retry.prepared_triple not in ends(driver, commit=True)
 
 
 def test_a_missing_message_fails_the_batch_before_anything(driver: Driver) -> None:
@@ -190,7 +190,7 @@ def test_a_fenced_participant_leaves_the_batch_undecided(driver: Driver) -> None
 
 def test_a_transaction_without_enough_time_left_is_too_old(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
-    driver.txn_admin.open(task.triple, start_ms=int(time.time() * 1000) - 59_000)
+    driver.txn_admin.open(task.prepared_triple, start_ms=int(time.time() * 1000) - 59_000)
 
     with pytest.raises(TransactionTooOldError, match=r"maxOffsetsPerTrigger.*transaction\.max"):
         driver.committer.commit([task], 0)
@@ -200,7 +200,7 @@ def test_a_transaction_without_enough_time_left_is_too_old(driver: Driver) -> No
 
 def test_an_endtxn_error_with_the_rows_visible_is_not_a_loss(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
-    driver.txn_admin.failing[task.triple] = "ProducerFencedError"
+    driver.txn_admin.failing[task.prepared_triple] = "ProducerFencedError"
     driver.cluster.visible = True
 
     driver.committer.commit([task], 0)
@@ -212,7 +212,7 @@ def test_an_endtxn_error_with_the_rows_visible_is_not_a_loss(driver: Driver) -> 
 
 def test_a_real_loss_is_recorded_and_raised_once(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
-    driver.txn_admin.failing[task.triple] = "ProducerFencedError"
+    driver.txn_admin.failing[task.prepared_triple] = "ProducerFencedError"
     driver.cluster.visible = False
 
     with pytest.raises(TransactionLostError, match=r"batch 0 .*Spark partition 0"):
@@ -226,7 +226,7 @@ def test_a_real_loss_is_recorded_and_raised_once(driver: Driver) -> None:
 
 def test_an_unsettled_fate_writes_no_completion(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
-    driver.txn_admin.failing[task.triple] = "deadline exceeded"
+    driver.txn_admin.failing[task.prepared_triple] = "deadline exceeded"
     driver.cluster.visible = None
 
     with pytest.raises(TransactionCompletionError):
@@ -238,7 +238,7 @@ def test_an_unsettled_fate_writes_no_completion(driver: Driver) -> None:
 
 def test_abort_never_touches_a_decided_participant(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
-    driver.txn_admin.failing[task.triple] = "deadline exceeded"
+    driver.txn_admin.failing[task.prepared_triple] = "deadline exceeded"
     driver.cluster.visible = None
     with pytest.raises(TransactionCompletionError):
         driver.committer.commit([task], 0)
@@ -247,7 +247,7 @@ def test_abort_never_touches_a_decided_participant(driver: Driver) -> None:
 
     driver.committer.abort([task, stray], 0)
 
-    assert ends(driver, commit=False) == [stray.triple]
+    assert ends(driver, commit=False) == [stray.prepared_triple]
 
 
 def test_abort_of_an_undecided_batch_aborts_its_prepared_transactions(driver: Driver) -> None:
@@ -255,7 +255,9 @@ def test_abort_of_an_undecided_batch_aborts_its_prepared_transactions(driver: Dr
 
     driver.committer.abort([*tasks, None], 0)
 
-    assert sorted(ends(driver, commit=False), key=str) == sorted((t.triple for t in tasks), key=str)
+    assert sorted(ends(driver, commit=False), key=str) == sorted(
+        (t.prepared_triple for t in tasks), key=str
+    )
 
 
 def test_clean_up_aborts_leftovers_of_this_sink_only(driver: Driver) -> None:

@@ -1,0 +1,90 @@
+"""The driver's view of the brokers, as interfaces: what the protocol asks of Kafka's admin side.
+
+`TransactionAdmin` (EndTxn, DescribeTransactions, ListTransactions; `txn_admin.TxnAdmin` speaks
+it to real brokers) and `ClusterFacts` (topics, the brokers' transaction limit, and the fate
+probe `FateProbe`; `cluster.Cluster`) are what protocol/ depends on, so tests can hand it fakes.
+No Kafka client is imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from kafka_txn_sink.protocol.messages import Triple
+
+ONGOING = "Ongoing"
+NOT_FOUND = "NotFound"
+
+
+@dataclass(frozen=True)
+class TxnState:
+    """One transactional id as its coordinator describes it."""
+
+    transactional_id: str
+    state: str
+    producer_id: int = -1
+    producer_epoch: int = -1
+    timeout_ms: int = 0
+    start_ms: int = -1
+
+    @property
+    def triple(self) -> Triple:
+        """The transaction the coordinator holds for this id now."""
+        return Triple(self.transactional_id, self.producer_id, self.producer_epoch)
+
+
+@dataclass(frozen=True)
+class EndTxnResult:
+    """The coordinator's answer to one EndTxn."""
+
+    triple: Triple
+    error: str | None  # None: the coordinator accepted it
+
+    @property
+    def ok(self) -> bool:
+        """Whether the coordinator accepted the EndTxn."""
+        return self.error is None
+
+
+class TransactionAdmin(Protocol):
+    """Requests to the brokers' transaction coordinators on behalf of the driver."""
+
+    def end_transactions(
+        self, triples: Iterable[Triple], commit: bool, deadline_s: float
+    ) -> list[EndTxnResult]:
+        """EndTxn(commit or abort) for each triple; errors are reported, never raised."""
+        ...
+
+    def describe(self, txn_ids: Iterable[str]) -> dict[str, TxnState]:
+        """The state of each id; unknown ids are NOT_FOUND."""
+        ...
+
+    def list_ids(self, states: Iterable[str] = ()) -> list[str]:
+        """Every transactional id the brokers report in one of `states` (all if empty).
+
+        Raises:
+            KafkaUnavailableError: a broker refused or timed out.
+        """
+        ...
+
+
+class FateProbe(Protocol):
+    """Settles an EndTxn error: is a transaction's first record visible at read_committed?"""
+
+    def is_visible(self, topic: str, partition: int, offset: int) -> bool | None:
+        """True: committed; False: aborted; None: not settled within the deadline."""
+        ...
+
+
+class ClusterFacts(FateProbe, Protocol):
+    """What the driver asks the cluster besides transactions."""
+
+    def topic_exists(self, topic: str) -> bool:
+        """Whether `topic` exists."""
+        ...
+
+    def cached_max_transaction_timeout_ms(self) -> int:
+        """The brokers' transaction.max.timeout.ms (remembered for a while)."""
+        ...

@@ -1,0 +1,209 @@
+"""Step 1, in every task: prepare one transaction of the batch and tell the driver about it.
+
+A task attempt of Spark partition `p`:
+1. checks that the query writing is the one the commit log belongs to;
+2. returns `skipped` if batch N is decided already (initialising the id now would fence a
+   decided participant that is not committed yet);
+3. initialises the transactional id `{sinkId}-{p}` (fencing every earlier attempt and aborting
+   whatever it left open) and begins a transaction;
+4. hands its rows to its outputs (records, files, or both: `TaskOutput`), which produce into
+   that transaction; files mode uploads its files and produces one reference per file;
+5. flushes, reads the transaction's producer id and epoch, and returns a `TaskCommit` with the
+   triple, the offsets written and the files: the transaction stays open ("prepared") for the
+   driver to decide. A failure aborts it, and nothing of the task is ever visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.types import StructType
+
+from kafka_txn_sink import failpoints
+from kafka_txn_sink.commit_log import open_commit_log
+from kafka_txn_sink.errors import ConfigError, QueryIdMismatchError
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.options import SinkOptions
+from kafka_txn_sink.protocol.messages import FileRef, TaskCommit
+from kafka_txn_sink.protocol.output import TaskOutput
+from kafka_txn_sink.protocol.txn_ids import transactional_id
+from kafka_txn_sink.records.columns import Columns
+from kafka_txn_sink.records.output import RecordsOutput
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What every task of a batch needs: built on the driver, pickled to the tasks.
+
+    It carries only the options, the checked outputs and what the commit log said when the
+    driver built it (`log_query_id`, `last_decided`).
+    """
+
+    options: SinkOptions
+    columns: Columns | None  # records mode, or None
+    files_plan: Any  # files mode's `files.plan.FilePlan`, or None (typed loosely: lazy import)
+    schema: StructType | None
+    log_query_id: str | None
+    last_decided: int | None
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """Which attempt of which task of which batch of which query this is."""
+
+    query_id: str
+    batch_id: int
+    partition: int
+    attempt: int
+
+
+def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskCommit:
+    """Prepare this task's transaction from its rows (or Arrow batches, if `arrow`).
+
+    Raises:
+        ConfigError: not inside a Spark task, or under the continuous trigger.
+        QueryIdMismatchError: another query's checkpoint writes to this sink's log.
+        InputError / StagingError / KafkaTxnSinkError: the rows could not be written; the
+            transaction is aborted and nothing of the task is visible.
+    """
+    task = current_task()
+    _check_query_id(plan, task.query_id)
+    skipped = TaskCommit(task.query_id, task.batch_id, task.partition, task.attempt, "skipped")
+    if _decided(plan, task.batch_id):
+        return skipped
+    options = plan.options
+    txn = TaskTransaction(
+        options.producer_config(transactional_id(options.sink_id, task.partition)),
+        options.client_timeout_s,
+    )
+    outputs = open_outputs(plan, txn, task)
+    try:
+        txn.init()
+        failpoints.fire("task.after_init", task.batch_id)
+        _feed(outputs, inputs, arrow, task.batch_id)
+        files = _close(outputs)
+        prepared = txn.prepare()
+    except BaseException:
+        for output in outputs:
+            output.abort()
+        txn.abort()
+        raise
+    finally:
+        txn.detach()
+    if prepared is None:
+        return replace(skipped, status="empty")
+    failpoints.fire("task.after_flush", task.batch_id)
+    return replace(
+        skipped,
+        status="prepared",
+        rows=prepared.rows,
+        triple=prepared.triple,
+        offsets=prepared.offsets,
+        prepared_at_ms=prepared.prepared_at_ms,
+        files=files,
+    )
+
+
+def current_task() -> TaskIdentity:
+    """This task attempt, as Spark's task context names it.
+
+    Raises:
+        ConfigError: not inside a Spark task, or under the continuous trigger.
+    """
+    context = TaskContext.get()
+    if context is None:
+        raise ConfigError("write() must run inside a Spark task")
+    if context.getLocalProperty("__is_continuous_processing") == "true":
+        raise ConfigError("the continuous trigger is not supported; use a micro-batch trigger")
+    return TaskIdentity(
+        query_id=context.getLocalProperty("sql.streaming.queryId") or "",
+        batch_id=int(context.getLocalProperty("streaming.sql.batchId") or -1),
+        partition=context.partitionId(),
+        attempt=context.attemptNumber(),
+    )
+
+
+def open_outputs(plan: TaskPlan, txn: TaskTransaction, task: TaskIdentity) -> list[TaskOutput]:
+    """The task's outputs, bound to its transaction: records mode first, then files mode."""
+    outputs: list[TaskOutput] = []
+    if plan.columns is not None:
+        outputs.append(RecordsOutput(txn, plan.columns, plan.options.topic))
+    if plan.files_plan is not None:
+        # Imported here: a records-only sink never loads files mode (fastavro, the Avro stack).
+        from kafka_txn_sink.files.output import FilesOutput
+
+        outputs.append(
+            FilesOutput(
+                plan.options,
+                plan.files_plan,
+                plan.schema,
+                txn,
+                task.batch_id,
+                task.partition,
+                task.attempt,
+            )
+        )
+    return outputs
+
+
+def _feed(outputs: list[TaskOutput], inputs: Iterator[Any], arrow: bool, batch_id: int) -> None:
+    if arrow:
+        _feed_batches(outputs, inputs, batch_id)
+    else:
+        _feed_rows(outputs, inputs, batch_id)
+
+
+def _feed_rows(outputs: list[TaskOutput], rows: Iterator[Any], batch_id: int) -> None:
+    adders = [output.add_row for output in outputs]
+    first = next(rows, None)
+    if first is None:
+        return
+    for add in adders:
+        add(first)
+    failpoints.fire("task.after_produce", batch_id)
+    if len(adders) == 1:  # the common case, without a loop per row
+        [add] = adders
+        for row in rows:
+            add(row)
+        return
+    for row in rows:
+        for add in adders:
+            add(row)
+
+
+def _feed_batches(
+    outputs: list[TaskOutput], batches: Iterator[pa.RecordBatch], batch_id: int
+) -> None:
+    first = True
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        for output in outputs:
+            output.add_batch(batch)
+        if first:
+            failpoints.fire("task.after_produce", batch_id)
+            first = False
+
+
+def _close(outputs: list[TaskOutput]) -> tuple[FileRef, ...]:
+    return tuple(ref for output in outputs for ref in output.close())
+
+
+def _check_query_id(plan: TaskPlan, query_id: str) -> None:
+    if plan.log_query_id and query_id != plan.log_query_id:
+        options = plan.options
+        raise QueryIdMismatchError.for_log(
+            options.sink_id, options.commit_log, plan.log_query_id, query_id
+        )
+
+
+def _decided(plan: TaskPlan, batch_id: int) -> bool:
+    if plan.last_decided is not None and batch_id <= plan.last_decided:
+        return True
+    options = plan.options
+    commit_log = open_commit_log(options.commit_log, options.s3, options.commit_log_format)
+    return commit_log.has_decision(batch_id)

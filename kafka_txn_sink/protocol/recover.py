@@ -1,0 +1,178 @@
+"""Recovery: roll decided batches forward, and clean up what no decision holds.
+
+Three callers, one answer each:
+- `sink_holdings` answers "which transactions does this sink hold on the brokers, and which of
+  them does the commit log still need": the driver's clean-up, the start check and
+  `kafka-txn-sink status`/`recover` all ask it here.
+- `roll_forward` completes every decided batch without a completion marker (at the start of
+  every batch, and from the CLI).
+- `clean_up` aborts the open transactions of this sink that no incomplete decision holds; it
+  runs when `CleanupSchedule` says it is due, never while a task of this sink may still run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kafka_txn_sink import failpoints
+from kafka_txn_sink.commit_log import CommitLog
+from kafka_txn_sink.errors import KafkaTxnSinkError
+from kafka_txn_sink.kafka.admin_api import NOT_FOUND, ONGOING, TransactionAdmin, TxnState
+from kafka_txn_sink.protocol.complete import MAX_REPUBLISH_ROUNDS, Settler
+from kafka_txn_sink.protocol.messages import Completion, Triple
+from kafka_txn_sink.protocol.txn_ids import owns, republish_id, transactional_id
+
+log = logging.getLogger(__name__)
+
+# Ids probed for "does the cluster know this sink" when ListTransactions is refused.
+PROBED_IDS_WITHOUT_LISTING = 256
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """This sink's open transactions on the brokers, and which of them the commit log needs."""
+
+    open: tuple[TxnState, ...]
+    held: Mapping[Triple, int]  # triple -> the incomplete batch that holds it
+
+    def stale(self) -> list[TxnState]:
+        """Open transactions no incomplete decision holds: what the clean-up aborts."""
+        return [state for state in self.open if state.triple not in self.held]
+
+
+def sink_holdings(sink_id: str, commit_log: CommitLog, txn_admin: TransactionAdmin) -> Holdings:
+    """Every open transaction of `sink_id`, and the triples incomplete batches still need.
+
+    The open ones are those ListTransactions reports, together with every id the commit log says
+    the sink used (`{sinkId}-{p}` below its largest partition count, and `{sinkId}-republish`):
+    brokers list only the ids the caller may describe, so a listing alone can miss leftovers.
+    Held are the participants of every decided batch without a completion marker and the
+    recorded republish rounds of those batches.
+    """
+    ids = set(_log_known_ids(sink_id, commit_log))
+    try:
+        ids.update(i for i in txn_admin.list_ids([ONGOING]) if owns(sink_id, i))
+    except KafkaTxnSinkError:
+        log.info("ListTransactions refused; describing the ids the commit log knows of")
+    states = txn_admin.describe(ids)
+    open_ = tuple(s for _, s in sorted(states.items()) if s.state == ONGOING)
+    return Holdings(open=open_, held=_held_triples(commit_log))
+
+
+def known_ids(sink_id: str, txn_admin: TransactionAdmin) -> list[str]:
+    """The ids of `sink_id` the brokers know in any state (probed when listing is refused)."""
+    try:
+        return sorted(i for i in txn_admin.list_ids() if owns(sink_id, i))
+    except KafkaTxnSinkError:
+        ids = [transactional_id(sink_id, p) for p in range(PROBED_IDS_WITHOUT_LISTING)]
+        return sorted(i for i, s in txn_admin.describe(ids).items() if s.state != NOT_FOUND)
+
+
+def roll_forward(commit_log: CommitLog, settler: Settler) -> list[Completion]:
+    """Complete every decided batch that has no completion marker yet, oldest first.
+
+    Raises:
+        TransactionLostError: a batch's loss was recorded just now.
+        TransactionCompletionError: a participant's fate is still open; retried next time.
+    """
+    done = []
+    for batch_id in commit_log.incomplete_batches():
+        decision = commit_log.decision(batch_id)
+        if decision is not None:
+            log.warning("rolling forward decided batch %d of sink %s", batch_id, decision.sink_id)
+            done.append(settler.complete_or_raise_loss(decision))
+    return done
+
+
+def clean_up(
+    sink_id: str,
+    commit_log: CommitLog,
+    txn_admin: TransactionAdmin,
+    settler: Settler,
+) -> list[Triple]:
+    """Abort every open transaction of this sink that no incomplete decision holds.
+
+    Best effort: it never raises (but for injected failures). Call it only when no task of this
+    sink runs, so nothing live is touched. Returns the triples it tried to abort.
+    """
+    try:
+        failpoints.fire("driver.before_cleanup")
+        stale = [state.triple for state in sink_holdings(sink_id, commit_log, txn_admin).stale()]
+        for result in settler.abort(stale):
+            if not result.ok:
+                log.warning("clean-up could not abort %s: %s", result.triple, result.error)
+        return stale
+    except failpoints.FailpointError:
+        raise
+    except Exception:
+        log.warning("clean-up of sink %s failed; the next batch retries", sink_id, exc_info=True)
+        return []
+
+
+class CleanupSchedule:
+    """When `commit()` runs the full clean-up (ListTransactions, DescribeTransactions, aborts).
+
+    The clean-up finds leftovers: transactions of crashed runs, of losing task attempts, of ids
+    of partitions that no longer exist. A batch that completed without any of the signs below
+    leaves none: each of its tasks initialised its id (fencing whatever that id had open), its
+    participants are committed, and no other id was used. So it runs when there may be
+    something to find: the first commit of this sink in this process (a restart: ids of a
+    crashed run, possibly more of them than there are partitions now), after a failed commit or
+    an abort, after a roll-forward, a retried task or an aborted stray, and otherwise every
+    `every_batches` batches or `every_s` seconds, whichever comes first, as a safety net for
+    what the driver cannot see (e.g. a zombie attempt of an abandoned stage).
+    """
+
+    def __init__(self, every_batches: int = 10, every_s: float = 60.0):
+        self.every_batches = every_batches
+        self.every_s = every_s
+        self.pid = os.getpid()
+        self._lock = threading.Lock()
+        self._due: str | None = "the first commit of this sink in this process"
+        self._since = 0
+        self._last = time.monotonic()
+
+    def make_due(self, reason: str) -> None:
+        """Run the clean-up at the next commit, for `reason` (kept for the debug log)."""
+        with self._lock:
+            self._due = self._due or reason
+
+    def take_due(self) -> bool:
+        """Whether to run the clean-up now; if so, the schedule restarts from here."""
+        with self._lock:
+            self._since += 1
+            due = (
+                self._due is not None
+                or self._since >= self.every_batches
+                or time.monotonic() - self._last >= self.every_s
+            )
+            if due:
+                log.debug("clean-up due: %s", self._due or "periodic")
+                self._due, self._since, self._last = None, 0, time.monotonic()
+            return due
+
+
+def _log_known_ids(sink_id: str, commit_log: CommitLog) -> list[str]:
+    partitions = commit_log.max_partition_count()
+    return [transactional_id(sink_id, p) for p in range(partitions)] + [republish_id(sink_id)]
+
+
+def _held_triples(commit_log: CommitLog) -> dict[Triple, int]:
+    held: dict[Triple, int] = {}
+    for batch_id in commit_log.incomplete_batches():
+        decision = commit_log.decision(batch_id)
+        if decision is None:
+            continue
+        for participant in decision.participants:
+            held[participant.triple] = batch_id
+        for round_ in range(MAX_REPUBLISH_ROUNDS):
+            record = commit_log.republish(batch_id, round_)
+            if record is None:
+                break
+            held[record.triple] = batch_id
+    return held

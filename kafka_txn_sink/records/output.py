@@ -1,0 +1,60 @@
+"""Records mode as an output of the task: each input row becomes one Kafka record.
+
+Rows come as Spark `Row`s (the row writer) or as Arrow record batches (the Arrow writer,
+PySpark 4.1+); either way each record is produced into the task's transaction, with the
+columns `value`, `key`, `topic`, `partition` and `headers` as Spark's own Kafka sink reads them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from kafka_txn_sink.errors import InputError
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.protocol.messages import FileRef
+from kafka_txn_sink.records.arrow import record_columns, send_batch
+from kafka_txn_sink.records.columns import Columns, as_bytes, as_headers
+
+
+class RecordsOutput:
+    """One task's records, produced into its transaction (a `protocol.output.TaskOutput`)."""
+
+    def __init__(self, txn: TaskTransaction, columns: Columns, default_topic: str | None):
+        self._txn = txn
+        self._columns = columns
+        self._default_topic = default_topic
+
+    def add_row(self, row: Any) -> None:
+        """Produce one row as one record.
+
+        Raises:
+            InputError: a column holds what a record cannot carry, or the row has no topic.
+        """
+        cols = self._columns
+        topic = (row[cols.topic] if cols.topic is not None else None) or self._default_topic
+        if topic is None:
+            raise InputError("column topic is null and there is no topic option")
+        self._txn.send(
+            topic,
+            value=as_bytes(row[cols.value], "value"),
+            key=as_bytes(row[cols.key], "key") if cols.key is not None else None,
+            partition=row[cols.partition] if cols.partition is not None else None,
+            headers=as_headers(row[cols.headers]) if cols.headers is not None else None,
+        )
+
+    def add_batch(self, batch: pa.RecordBatch) -> None:
+        """Produce every row of an Arrow batch, column by column (see records/arrow.py).
+
+        Raises:
+            InputError: a column has a type the sink cannot write, or a row has no topic.
+        """
+        send_batch(self._txn, record_columns(batch, self._columns), self._default_topic)
+
+    def close(self) -> tuple[FileRef, ...]:
+        """Nothing to finish: every record is in the transaction already; no files."""
+        return ()
+
+    def abort(self) -> None:
+        """Nothing to drop: the task aborts the transaction itself."""
