@@ -73,10 +73,12 @@ def fire(name: str, batch_id: int | None = None) -> None:
 
 
 def reached(directory: Path, name: str) -> bool:
+    """Whether failpoint `name` has fired (its signal file exists in `directory`)."""
     return (directory / f"{name}.reached").exists()
 
 
 def release(directory: Path, name: str) -> None:
+    """Let a process blocked at failpoint `name` go on."""
     (directory / f"{name}.release").touch()
 
 

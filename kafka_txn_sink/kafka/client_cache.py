@@ -17,6 +17,7 @@ C = TypeVar("C")
 
 
 class ClientCache(Generic[C]):
+    """Clients of one kind, one per process and connection settings."""
     def __init__(
         self, make: Callable[[str, Mapping[str, str], int], C], close: Callable[[C], None]
     ):
@@ -27,6 +28,7 @@ class ClientCache(Generic[C]):
         atexit.register(self.close_all)
 
     def get(self, bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> C:
+        """The client for these settings, made on first use."""
         key = (os.getpid(), bootstrap, tuple(sorted(kafka.items())), timeout_ms)
         with self._lock:
             found = self._clients.get(key)
@@ -43,6 +45,7 @@ class ClientCache(Generic[C]):
         self._close(client)
 
     def close_all(self) -> None:
+        """Close every client this process made (at exit)."""
         with self._lock:
             mine = [c for k, c in self._clients.items() if k[0] == os.getpid()]
             self._clients.clear()

@@ -36,6 +36,7 @@ def client_config(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> 
 
 
 class Cluster:
+    """The driver's librdkafka admin client: topics, limits, and the fate probe."""
     def __init__(self, bootstrap: str, kafka: Mapping[str, str], timeout_ms: int = 15_000):
         self._bootstrap = bootstrap
         self._config = client_config(bootstrap, kafka, timeout_ms)
@@ -163,4 +164,5 @@ def shared_cluster(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) ->
 
 
 def discard_cluster(cluster: Cluster) -> None:
+    """Forget a shared Cluster, so the next caller gets a fresh one."""
     _SHARED.discard(cluster)

@@ -116,6 +116,7 @@ class _EosStats:
 
 @dataclass(frozen=True)
 class Prepared:
+    """A flushed, still open transaction: its triple, rows, offsets and when it was prepared."""
     triple: Triple
     rows: int
     offsets: OffsetRanges
@@ -141,6 +142,7 @@ class TaskTransaction:
 
     @property
     def transactional_id(self) -> str:
+        """The transactional id of this producer."""
         return self._txn_id
 
     def init(self) -> None:
@@ -159,6 +161,12 @@ class TaskTransaction:
         partition: int | None = None,
         headers: list[tuple[str, bytes | None]] | None = None,
     ) -> None:
+        """Produce one record into the transaction.
+
+        Raises:
+            InputError: the record is refused (too large, unknown topic or partition).
+            KafkaTxnSinkError: the producer failed (fenced, or a delivery error).
+        """
         extra: dict[str, Any] = {}
         if partition is not None:
             extra["partition"] = partition
@@ -261,6 +269,7 @@ class TaskTransaction:
         )
 
     def abort(self) -> None:
+        """Abort the open transaction, best effort (never raises)."""
         if self._producer is None:
             return
         # On failure the coordinator aborts it on timeout, or the next attempt's init fences it.

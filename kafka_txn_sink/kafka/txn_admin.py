@@ -54,6 +54,7 @@ _SECURITY_SETTINGS = {
 
 
 def admin_settings(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> dict[str, Any]:
+    """kafka-python admin settings from the sink's librdkafka-style `kafka.*` settings."""
     settings: dict[str, Any] = {
         "bootstrap_servers": bootstrap,
         "client_id": "kafka-txn-sink-driver",
@@ -91,6 +92,7 @@ class TxnAdmin:
         self._lock = threading.RLock()
 
     def close(self) -> None:
+        """Close the connections (best effort)."""
         try:
             self._admin.close()
         except Exception:  # closing is best effort; the sockets die with the process anyway

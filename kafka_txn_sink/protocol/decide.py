@@ -90,6 +90,13 @@ class Committer:
         self._cleanup = cleanup  # None: the full clean-up after every commit
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
+        """Decide batch `batch_id` from its tasks' messages, complete it, clean up when due.
+
+        Raises:
+            QueryIdMismatchError, ParticipantNotCommittableError, TransactionTooOldError,
+            CommitLogError: the batch is not decided; nothing of it is published.
+            TransactionLostError / TransactionCompletionError: decided, but not completed.
+        """
         tasks = _complete_messages(messages, batch_id)
         check_query_id(self._log, {t.query_id for t in tasks})
         decision = self._log.decision(batch_id)

@@ -65,10 +65,12 @@ class FileRef:
     schema_fingerprint: str
 
     def to_json(self) -> dict[str, Any]:
+        """The fields as JSON values."""
         return asdict(self)
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> FileRef:
+        """The file reference whose fields are `body`."""
         return cls(**body)
 
 
@@ -172,6 +174,7 @@ class Decision:
         return merged
 
     def to_json(self) -> bytes:
+        """The record as the commit log stores it (sorted, compact JSON)."""
         body = asdict(self)
         body["participants"] = [_participant_json(p) for p in self.participants]
         body["output"] = _offsets_json(self.output_ranges())
@@ -179,6 +182,11 @@ class Decision:
 
     @classmethod
     def from_json(cls, data: bytes) -> Decision:
+        """The record stored as `data`.
+
+        Raises:
+            CommitLogError: `data` is not such a record, or from a newer format.
+        """
         body = _load("decision", data)
         try:
             return cls(
@@ -234,12 +242,18 @@ class Republish:
         return replace(self, recorded_at_ms=0) == replace(other, recorded_at_ms=0)
 
     def to_json(self) -> bytes:
+        """The record as the commit log stores it (sorted, compact JSON)."""
         body = {**_flat(asdict(self)), "offsets": _offsets_json(self.offsets)}
         body["partitions"] = list(self.partitions)
         return _dump("republish", body)
 
     @classmethod
     def from_json(cls, data: bytes) -> Republish:
+        """The record stored as `data`.
+
+        Raises:
+            CommitLogError: `data` is not such a record, or from a newer format.
+        """
         body = _load("republish", data)
         try:
             return cls(
@@ -269,6 +283,7 @@ class Completion:
     republished: tuple[int, ...] = ()
 
     def to_json(self) -> bytes:
+        """The record as the commit log stores it (sorted, compact JSON)."""
         body = asdict(self)
         body["lost"] = [
             {**_flat(asdict(x)), "offsets": _offsets_json(x.offsets)} for x in self.lost
@@ -281,6 +296,11 @@ class Completion:
 
     @classmethod
     def from_json(cls, data: bytes) -> Completion:
+        """The record stored as `data`.
+
+        Raises:
+            CommitLogError: `data` is not such a record, or from a newer format.
+        """
         body = _load("completion", data)
         try:
             lost = tuple(
@@ -308,10 +328,16 @@ class SinkMeta:
     version: int = FORMAT_VERSION
 
     def to_json(self) -> bytes:
+        """The record as the commit log stores it (sorted, compact JSON)."""
         return _dump("sink", asdict(self))
 
     @classmethod
     def from_json(cls, data: bytes) -> SinkMeta:
+        """The record stored as `data`.
+
+        Raises:
+            CommitLogError: `data` is not such a record, or from a newer format.
+        """
         body = _load("sink", data)
         try:
             return cls(

@@ -30,12 +30,14 @@ def validate_sink_id(sink_id: str) -> str:
 
 
 def transactional_id(sink_id: str, partition: int) -> str:
+    """The id of Spark partition `partition`'s transactions: `{sinkId}-{partition}`."""
     if partition < 0:
         raise ValueError(f"partition must be >= 0, got {partition}")
     return f"{sink_id}-{partition}"
 
 
 def republish_id(sink_id: str) -> str:
+    """The id of the republish transactions: `{sinkId}-republish`."""
     return f"{sink_id}-{REPUBLISH}"
 
 
@@ -45,10 +47,16 @@ def id_pattern(sink_id: str) -> re.Pattern[str]:
 
 
 def owns(sink_id: str, txn_id: str) -> bool:
+    """Whether `txn_id` is one of this sink's ids."""
     return id_pattern(sink_id).match(txn_id) is not None
 
 
 def partition_of(sink_id: str, txn_id: str) -> int:
+    """The Spark partition of a task id of this sink.
+
+    Raises:
+        ValueError: `txn_id` is not a task id of this sink.
+    """
     if not owns(sink_id, txn_id) or txn_id == republish_id(sink_id):
         raise ValueError(f"{txn_id!r} is not a transactional id of sink {sink_id!r}")
     return int(txn_id.rsplit("-", 1)[1])

@@ -69,6 +69,11 @@ def plan_columns(schema: StructType, default_topic: str | None) -> Columns:
 
 
 def as_bytes(value: Any, column: str) -> bytes | None:
+    """A key or value cell as bytes (None stays None).
+
+    Raises:
+        InputError: the cell is neither string nor binary.
+    """
     if value is None or isinstance(value, bytes):
         return value
     if isinstance(value, str):
@@ -79,6 +84,11 @@ def as_bytes(value: Any, column: str) -> bytes | None:
 
 
 def as_headers(value: Any) -> list[tuple[str, bytes | None]] | None:
+    """A headers cell as confluent-kafka takes it (None when empty).
+
+    Raises:
+        InputError: a header has no key, or a value that is not string or binary.
+    """
     if not value:
         return None
     headers = []
