@@ -75,7 +75,7 @@ def mutant_tree(name: str, work: Path) -> Path:
         text = target.read_text()
         if text.count(old) != 1:
             raise SystemExit(f"{part}: the text to replace is not found exactly once in {path}")
-        target.write_text(text.replace(old, new))
+        target.write_text(text.replace(old, new, 1))
     return tree
 
 
