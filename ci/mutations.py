@@ -41,8 +41,8 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
     "R4": (
         "the clean-up at the end of commit()",
         "kafka_txn_sink/protocol/decide.py",
-        "            clean_up(self._options.sink_id, self._log, self._txn_admin, self._settler)\n",
-        "            pass\n",
+        "take_due():\n            clean_up(self._options.sink_id, self._log, self._txn_admin,",
+        "take_due():\n            (self._options.sink_id, self._log, self._txn_admin,",
     ),
     "R5": (
         "commit() rolls an already decided batch forward instead of deciding again",
