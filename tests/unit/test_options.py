@@ -135,3 +135,19 @@ def test_the_avro_codec_is_spelled_as_file_headers_spell_it() -> None:
         {"path": "/tmp/f", "referencestopic": "refs", "avrocodec": " Snappy"}
     )
     assert files is not None and files.codec == "snappy"
+
+
+def test_the_readme_shows_the_option_table_as_options_py_defines_it() -> None:
+    from pathlib import Path
+
+    from kafka_txn_sink.options import options_tables
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    start = readme.index("<!-- options table: generated from kafka_txn_sink/options.py -->")
+    end = readme.index("<!-- end options table -->")
+    shown = readme[start:end].split("\n", 1)[1].strip()
+
+    assert shown == options_tables().strip(), (
+        "README's options differ from kafka_txn_sink/options.py: paste the output of "
+        "`python -m kafka_txn_sink.options` between the markers"
+    )
