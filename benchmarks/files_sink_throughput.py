@@ -38,15 +38,10 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ci"))
-sys.path.insert(0, str(ROOT))
+from kafka_txn_sink import testing
+from tests.e2e.harness import create_topics
 
-import testbed  # noqa: E402
-
-from tests.e2e.harness import create_topics  # noqa: E402
-
-SPOOL_MARK = "kafka-txn-sink-files-"  # avro_files.FileSet's spool directory prefix
+SPOOL_MARK = "kafka-txn-sink-files-"  # files.writer.FileSet's spool directory prefix
 COLUMNS = (
     "user STRING, ts TIMESTAMP, level STRING, service STRING, host STRING, message STRING, "
     "status INT, latency_ms DOUBLE, bytes BIGINT, trace_id STRING, path STRING, user_agent STRING"
@@ -274,7 +269,7 @@ def main() -> int:
     options = parser.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="files-sink-bench-") as work,
-        testbed.kafka_bootstrap(Path(work)) as bootstrap,
+        testing.kafka_bootstrap(Path(work)) as bootstrap,
     ):
         return run(bootstrap, Path(work), options)
 
@@ -288,7 +283,7 @@ def run(bootstrap: str, work: Path, options: argparse.Namespace) -> int:
         "bootstrap": bootstrap,
         "input": source,
         "per_batch": options.per_batch,
-        "jars": ",".join(str(j) for j in testbed.spark_jars()),
+        "jars": ",".join(str(j) for j in testing.spark_jars()),
         "payload": options.payload,
         "columns": COLUMNS,
     }

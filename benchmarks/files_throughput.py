@@ -16,7 +16,6 @@ import argparse
 import json
 import random
 import resource
-import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -24,10 +23,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from pyspark.sql.types import (  # noqa: E402
+from pyspark.sql.types import (
     DoubleType,
     IntegerType,
     LongType,
@@ -37,8 +33,10 @@ from pyspark.sql.types import (  # noqa: E402
     TimestampType,
 )
 
-from kafka_txn_sink.files.writer import FileNaming, FileSet, plan_files  # noqa: E402
-from kafka_txn_sink.storage.files import LocalFileSink  # noqa: E402
+from kafka_txn_sink.files.naming import FileNaming
+from kafka_txn_sink.files.plan import plan_files
+from kafka_txn_sink.files.writer import FileSet
+from kafka_txn_sink.storage.files import LocalFileSink
 
 SCHEMA = StructType(
     [

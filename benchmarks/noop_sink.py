@@ -23,8 +23,6 @@ from typing import Any
 from pyspark.sql import datasource
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @dataclass
 class Done(WriterCommitMessage):
@@ -74,9 +72,6 @@ class NoopArrowSource(DataSource):
 
 
 def main() -> int:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    sys.path.insert(0, str(ROOT / "ci"))
-    sys.path.insert(0, str(ROOT))
     import throughput as t
 
     from tests.e2e.harness import create_topics

@@ -46,16 +46,13 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import commit_overhead
 from confluent_kafka import Producer
 
+from kafka_txn_sink import testing
+from tests.e2e.harness import create_topics
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ci"))
-sys.path.insert(0, str(ROOT))
-
-import commit_overhead  # noqa: E402
-import testbed  # noqa: E402
-
-from tests.e2e.harness import create_topics  # noqa: E402
 
 # The same for every Kafka writer; acks=all and idempotence on (kafka_txn owns both).
 PRODUCER = {"linger.ms": "20", "batch.size": "1000000", "compression.type": "none"}
@@ -218,8 +215,8 @@ def rate(label: str, batches: list[tuple[int, int]], data: Data, spark: str) -> 
 
 def jars_for(python: str, env_extra: dict[str, str]) -> str:
     code = (
-        "import sys; sys.path.insert(0, 'ci'); import testbed; "
-        "print(','.join(map(str, testbed.spark_jars())))"
+        "from kafka_txn_sink.testing import spark_jars; "
+        "print(','.join(map(str, spark_jars())))"
     )
     done = subprocess.run(
         [python, "-W", "ignore", "-c", code],
@@ -440,7 +437,7 @@ def main() -> int:
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        with testbed.kafka_bootstrap(work) as bootstrap, testbed.s3_endpoint(work) as s3:
+        with testing.kafka_bootstrap(work) as bootstrap, testing.s3_endpoint(work) as s3:
             return run(options, work, bootstrap, s3)
 
 

@@ -26,13 +26,10 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from kafka_txn_sink import testing
+from tests.e2e.harness import create_topics
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ci"))
-sys.path.insert(0, str(ROOT))
-
-import testbed  # noqa: E402
-
-from tests.e2e.harness import create_topics  # noqa: E402
 
 PRODUCER_SETTINGS = {
     "linger.ms": 50,
@@ -109,7 +106,7 @@ def main() -> int:
         parser.error("--ids must be at least 10 and --runs between 1 and 10")
     with (
         tempfile.TemporaryDirectory(prefix="verify-scale-") as work,
-        testbed.kafka_bootstrap(Path(work)) as bootstrap,
+        testing.kafka_bootstrap(Path(work)) as bootstrap,
     ):
         return bench(bootstrap, Path(work), options.ids, options.partitions, options.runs)
 

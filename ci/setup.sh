@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Idempotent set-up of a clone: .venv with the package, its dev tools and the pyspark of
-# ci/versions.env; .venv-spark41 with PySpark 4.1 (ci/setup_spark41.sh); then every jar of the
-# test bed (Kafka broker, Spark packages) resolved from Maven Central into the cache ($KTS_CACHE
-# or ~/.cache/kafka_txn_sink).
+# Idempotent set-up of a clone: .venv with the package, its dev tools and the pyspark pinned in
+# kafka_txn_sink/testing/versions.env; .venv-spark41 with PySpark 4.1 (ci/setup_spark41.sh);
+# then every jar of the test bed (Kafka broker, Spark packages) resolved from Maven Central into
+# the cache ($KTS_CACHE or ~/.cache/kafka_txn_sink).
 # Needs only python3, java and mvn on PATH.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,12 +16,13 @@ if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi
 
-spark_version="$(sed -n 's/^SPARK_VERSION=//p' ci/versions.env)"
-[[ -n "$spark_version" ]] || { echo "setup: SPARK_VERSION missing in ci/versions.env" >&2; exit 1; }
+versions=kafka_txn_sink/testing/versions.env
+spark_version="$(sed -n 's/^SPARK_VERSION=//p' "$versions")"
+[[ -n "$spark_version" ]] || { echo "setup: SPARK_VERSION missing in $versions" >&2; exit 1; }
 
 # Re-install only when pyproject.toml or the pins changed since the last successful install.
 stamp=.venv/.kts-installed
-want="$(cat pyproject.toml ci/versions.env | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml "$versions" | sha256sum | cut -d' ' -f1)"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   echo "setup: pip install -e '.[dev]' pyspark==$spark_version"
   # Compat mode puts the checkout on sys.path, so Spark's lookup of top-level pyspark_* modules
@@ -35,4 +36,4 @@ fi
 ci/setup_spark41.sh
 
 echo "setup: resolving the test bed's jars"
-.venv/bin/python ci/testbed.py fetch
+.venv/bin/python -m kafka_txn_sink.testing fetch

@@ -42,18 +42,15 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
+from kafka_txn_sink import failpoints, testing
+from kafka_txn_sink.cli.log import batch_rows, batches_table
+from kafka_txn_sink.commit_log import open_commit_log
+from kafka_txn_sink.errors import KafkaTxnSinkError
+from kafka_txn_sink.files.references import parse_reference
+from kafka_txn_sink.protocol.messages import FileRef
+from kafka_txn_sink.testing.topics import IdReport, compare_ids, read_topic
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ci"))
-
-import testbed  # noqa: E402
-
-from kafka_txn_sink import failpoints  # noqa: E402
-from kafka_txn_sink.cli import batch_rows, batches_table  # noqa: E402
-from kafka_txn_sink.commit_log import open_commit_log  # noqa: E402
-from kafka_txn_sink.errors import KafkaTxnSinkError  # noqa: E402
-from kafka_txn_sink.files.references import parse_reference  # noqa: E402
-from kafka_txn_sink.protocol.messages import FileRef  # noqa: E402
-from kafka_txn_sink.verify import IdReport, compare_ids, read_topic  # noqa: E402
 
 PIPELINE = ROOT / "examples" / "pipeline.py"
 CRASH_POINT = "driver.after_decision"
@@ -134,10 +131,10 @@ def kafka(workdir: Path) -> Iterator[str]:
     external = os.environ.get("KTS_KAFKA_BOOTSTRAP")
     if external:
         say(f"using the Kafka broker at {external} (KTS_KAFKA_BOOTSTRAP)")
-        testbed.wait_broker_ready(external, timeout=60)
+        testing.wait_broker_ready(external, timeout=60)
         yield external
         return
-    broker = testbed.KafkaBroker(workdir / "kafka")
+    broker = testing.KafkaBroker(workdir / "kafka")
     say(f"starting a local Kafka {broker.version} broker (KRaft, one node)...")
     started = time.monotonic()
     try:
@@ -186,7 +183,7 @@ def produce_events(bootstrap: str, topic: str, count: int) -> list[str]:
 
 
 def start_pipeline(run: Run, max_offsets: int, name: str, spec: str) -> subprocess.Popen[bytes]:
-    jars = ",".join(str(jar) for jar in testbed.spark_jars())
+    jars = ",".join(str(jar) for jar in testing.spark_jars())
     args = [
         sys.executable, str(PIPELINE),
         "--bootstrap", run.bootstrap, "--input", run.input, "--output", run.output,
@@ -286,7 +283,7 @@ def final_run(run: Run, max_offsets: int, timeout_s: float) -> None:
 
 def failure(run: Run, name: str) -> str:
     out = (run.workdir / f"{name}.out").read_text(errors="replace")[-2000:]
-    return out + "\n" + testbed.tail(run.workdir / f"{name}.log", 30)
+    return out + "\n" + testing.tail(run.workdir / f"{name}.log", 30)
 
 
 def decided_batches(run: Run) -> list[int]:
@@ -411,7 +408,7 @@ def demo(args: argparse.Namespace, workdir: Path) -> int:
         )  # fmt: skip
         run.signals.mkdir(parents=True)
         for topic in (run.input, run.output, run.references):
-            testbed.create_topic(bootstrap, topic, INPUT_PARTITIONS)
+            testing.create_topic(bootstrap, topic, INPUT_PARTITIONS)
         say(f"topics: {run.input} -> records {run.output} + file references {run.references}")
         ids = produce_events(bootstrap, run.input, args.events)
         say(f"produced {len(ids)} log events of {len(USERS)} users to {run.input}")
@@ -441,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="kafka-txn-sink-demo-"))
     try:
         code = demo(args, workdir)
-    except (testbed.TestbedError, KafkaTxnSinkError, TimeoutError, RuntimeError, OSError) as exc:
+    except (testing.TestbedError, KafkaTxnSinkError, TimeoutError, RuntimeError, OSError) as exc:
         say(f"failed: {exc}")
         code = 1
     finally:

@@ -1,4 +1,4 @@
-"""Session fixtures of the test bed (ci/testbed.py): a real Kafka broker, an S3 server, jars.
+"""Session fixtures of the test bed (kafka_txn_sink.testing): a real broker, S3 server, jars.
 
 Bring your own: ``KTS_KAFKA_BOOTSTRAP`` uses an existing broker and ``KTS_S3_ENDPOINT`` an
 existing S3 endpoint instead of starting ours. A part that cannot be started fails the tests
@@ -13,33 +13,27 @@ import re
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 
-_CI_DIR = str(Path(__file__).resolve().parents[1] / "ci")
-if _CI_DIR not in sys.path:
-    sys.path.insert(0, _CI_DIR)
+from kafka_txn_sink import testing
+from kafka_txn_sink.storage import S3Settings
 
-import testbed  # noqa: E402
+Broker = testing.KafkaBroker | testing.ExternalKafkaBroker
+S3 = testing.S3Server | testing.ExternalS3Server
 
-from kafka_txn_sink.storage import S3Settings  # noqa: E402
-
-Broker = testbed.KafkaBroker | testbed.ExternalKafkaBroker
-S3 = testbed.S3Server | testbed.ExternalS3Server
-
-testbed.set_default_aws_env()
+testing.set_default_aws_env()
 # Spark's Python workers must run this interpreter (it has the package), on loopback only.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    kafka = os.environ.get("KTS_KAFKA_BOOTSTRAP") or f"ours, {testbed.default_kafka_version()}"
+    kafka = os.environ.get("KTS_KAFKA_BOOTSTRAP") or f"ours, {testing.default_kafka_version()}"
     s3 = os.environ.get("KTS_S3_ENDPOINT") or "ours (moto server)"
-    return [f"test bed: kafka={kafka}; s3={s3}; cache={testbed.cache_dir()}"]
+    return [f"test bed: kafka={kafka}; s3={s3}; cache={testing.cache_dir()}"]
 
 
 @pytest.fixture(scope="session")
@@ -48,11 +42,11 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     external = os.environ.get("KTS_KAFKA_BOOTSTRAP")
     broker: Broker
     if external:
-        broker = testbed.ExternalKafkaBroker(external)
+        broker = testing.ExternalKafkaBroker(external)
         broker.start()
         yield broker
         return
-    broker = testbed.KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    broker = testing.KafkaBroker(tmp_path_factory.mktemp("kafka"))
     try:
         broker.start()
         yield broker
@@ -68,16 +62,16 @@ def kafka_bootstrap(kafka_broker: Broker) -> str:
 @pytest.fixture
 def make_kafka_broker(
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Callable[..., testbed.KafkaBroker]]:
+) -> Iterator[Callable[..., testing.KafkaBroker]]:
     """A factory of private brokers (started, stopped at the end of the test) for tests that
     kill or reconfigure a broker: ``make_kafka_broker(extra_config={...}, version=...)``."""
-    brokers: list[testbed.KafkaBroker] = []
+    brokers: list[testing.KafkaBroker] = []
 
     def make(
         version: str | None = None, extra_config: Mapping[str, object] | None = None
-    ) -> testbed.KafkaBroker:
+    ) -> testing.KafkaBroker:
         workdir = tmp_path_factory.mktemp("kafka_private")
-        broker = testbed.KafkaBroker(workdir, version=version, extra_config=extra_config)
+        broker = testing.KafkaBroker(workdir, version=version, extra_config=extra_config)
         brokers.append(broker)
         broker.start()
         return broker
@@ -92,9 +86,9 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
     """The session's S3 server: ours (S3Server, can pause/resume) or ``KTS_S3_ENDPOINT``."""
     external = os.environ.get("KTS_S3_ENDPOINT")
     if external:
-        yield testbed.ExternalS3Server(external)
+        yield testing.ExternalS3Server(external)
         return
-    server = testbed.S3Server(tmp_path_factory.mktemp("s3"))
+    server = testing.S3Server(tmp_path_factory.mktemp("s3"))
     try:
         server.start()
         yield server
@@ -143,9 +137,9 @@ def s3_bucket(s3_client: Any) -> str:
 @pytest.fixture(scope="session")
 def spark_jars() -> list[str]:
     """Jar paths for ``spark.jars`` (``",".join(spark_jars)``): Kafka source/sink and Avro."""
-    jars = [str(path) for path in testbed.spark_jars()]
+    jars = [str(path) for path in testing.spark_jars()]
     if not jars:
-        raise testbed.TestbedError("no Spark package jars were resolved")
+        raise testing.TestbedError("no Spark package jars were resolved")
     return jars
 
 

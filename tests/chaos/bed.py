@@ -1,9 +1,9 @@
 """The suite's test bed and the sink under test.
 
-The broker and the S3 server are ci/testbed.py's (or `KTS_KAFKA_BOOTSTRAP` / `KTS_S3_ENDPOINT`,
-which the suite cannot restart or pause: those faults are then left out of the schedule). The
-sink writes records to a topic and Avro files plus references, with its files and its commit
-log on the S3 server, so S3 faults reach both the uploads and the commit point.
+The broker and the S3 server are kafka_txn_sink.testing's (or `KTS_KAFKA_BOOTSTRAP` /
+`KTS_S3_ENDPOINT`, which the suite cannot restart or pause: those faults are then left out of the
+schedule). The sink writes records to a topic and Avro files plus references, with its files and
+its commit log on the S3 server, so S3 faults reach both the uploads and the commit point.
 
 moto keeps objects in memory only; between runs of the suite (slices, resume) the bucket is
 mirrored into the state directory and loaded back into a fresh server.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -23,16 +22,18 @@ from typing import Any
 
 import boto3
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT / "ci") not in sys.path:
-    sys.path.insert(0, str(ROOT / "ci"))
+from kafka_txn_sink.testing import (
+    ExternalKafkaBroker,
+    ExternalS3Server,
+    KafkaBroker,
+    S3Server,
+    create_topic,
+    set_default_aws_env,
+)
+from tests.chaos.query import QuerySpec
 
-import testbed  # noqa: E402
-
-from tests.chaos.query import QuerySpec  # noqa: E402
-
-Broker = testbed.KafkaBroker | testbed.ExternalKafkaBroker
-S3 = testbed.S3Server | testbed.ExternalS3Server
+Broker = KafkaBroker | ExternalKafkaBroker
+S3 = S3Server | ExternalS3Server
 
 S3_CREDENTIALS = {
     "s3.region": "us-east-1",
@@ -67,11 +68,11 @@ class Bed:
 
     @property
     def can_restart_broker(self) -> bool:
-        return isinstance(self.broker, testbed.KafkaBroker)
+        return isinstance(self.broker, KafkaBroker)
 
     @property
     def can_pause_s3(self) -> bool:
-        return isinstance(self.s3, testbed.S3Server)
+        return isinstance(self.s3, S3Server)
 
     def s3_client(self) -> Any:
         return boto3.client(
@@ -86,28 +87,28 @@ class Bed:
 @contextmanager
 def own_bed(directory: Path) -> Iterator[Bed]:
     """A broker (data kept in `directory`) and an S3 server, or the external ones."""
-    testbed.set_default_aws_env()
+    set_default_aws_env()
     external_kafka = os.environ.get("KTS_KAFKA_BOOTSTRAP")
     external_s3 = os.environ.get("KTS_S3_ENDPOINT")
     broker: Broker = (
-        testbed.ExternalKafkaBroker(external_kafka)
+        ExternalKafkaBroker(external_kafka)
         if external_kafka
-        else testbed.KafkaBroker(directory / "kafka")
+        else KafkaBroker(directory / "kafka")
     )
     s3: S3 = (
-        testbed.ExternalS3Server(external_s3)
+        ExternalS3Server(external_s3)
         if external_s3
-        else testbed.S3Server(directory / "s3server")
+        else S3Server(directory / "s3server")
     )
     try:
-        if isinstance(s3, testbed.S3Server):
+        if isinstance(s3, S3Server):
             s3.start()
         broker.start(timeout=180)
         yield Bed(broker, s3, mirror_s3=not external_s3)
     finally:
-        if isinstance(s3, testbed.S3Server):
+        if isinstance(s3, S3Server):
             s3.stop()
-        if isinstance(broker, testbed.KafkaBroker):
+        if isinstance(broker, KafkaBroker):
             broker.stop()
 
 
@@ -151,9 +152,9 @@ class Sink:
         return self.workdir / "checkpoint"
 
     def create(self, bed: Bed) -> None:
-        testbed.create_topic(bed.bootstrap, self.input, INPUT_PARTITIONS)
-        testbed.create_topic(bed.bootstrap, self.output, 3)
-        testbed.create_topic(bed.bootstrap, self.references, 2)
+        create_topic(bed.bootstrap, self.input, INPUT_PARTITIONS)
+        create_topic(bed.bootstrap, self.output, 3)
+        create_topic(bed.bootstrap, self.references, 2)
         bed.s3_client().create_bucket(Bucket=self.bucket)
 
     def query(self, bed: Bed, jars: str) -> QuerySpec:

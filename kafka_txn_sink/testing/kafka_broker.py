@@ -1,0 +1,354 @@
+"""Apache Kafka's own broker (KRaft, one node) on loopback ports, from jars of Maven Central.
+
+``KafkaBroker`` is ours (start, stop, kill, restart); ``ExternalKafkaBroker`` is one the developer
+brought with ``KTS_KAFKA_BOOTSTRAP``. ``confluent_kafka`` is imported only where a broker is
+probed or a topic created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from kafka_txn_sink.testing.errors import TestbedError
+from kafka_txn_sink.testing.jars import default_kafka_version, kafka_jars
+from kafka_txn_sink.testing.processes import (
+    LOOPBACK,
+    free_port,
+    spawn,
+    tail,
+    terminate,
+    wait_for,
+)
+
+BROKER_DEFAULTS: dict[str, object] = {
+    "process.roles": "broker,controller",
+    "node.id": 1,
+    "controller.listener.names": "CONTROLLER",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+    "transaction.state.log.replication.factor": 1,
+    "transaction.state.log.min.isr": 1,
+    "transaction.state.log.num.partitions": 4,
+    "offsets.topic.replication.factor": 1,
+    "offsets.topic.num.partitions": 4,
+    "group.initial.rebalance.delay.ms": 0,
+    "auto.create.topics.enable": "false",
+    "num.partitions": 3,
+    "default.replication.factor": 1,
+    "min.insync.replicas": 1,
+    # Tests rely on the coordinator aborting timed-out transactions quickly.
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
+    # After a kill the restarted broker waits out its old session before it can register.
+    "broker.heartbeat.interval.ms": 1000,
+    "broker.session.timeout.ms": 6000,
+    # Modest footprint on a shared 2-core machine.
+    "num.network.threads": 2,
+    "num.io.threads": 4,
+    "log.cleaner.dedupe.buffer.size": 16 * 1024 * 1024,
+}
+
+# Only known to 4.x brokers (share groups); unknown keys would just be logged by 3.9.
+BROKER_DEFAULTS_4X: dict[str, object] = {
+    "share.coordinator.state.topic.replication.factor": 1,
+    "share.coordinator.state.topic.min.isr": 1,
+}
+
+LOG4J2_PROPERTIES = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.config.name = kafka.server.KafkaConfig
+logger.config.level = WARN
+logger.clientconfig.name = org.apache.kafka.common.config.AbstractConfig
+logger.clientconfig.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+def _major(version: str) -> int:
+    return int(version.split(".", 1)[0])
+
+
+# librdkafka logs every refused connection while the broker starts: only errors that end a
+# probe matter, and those are raised.
+QUIET: dict[str, str | int | float] = {"log_level": 0, "socket.timeout.ms": 5000}
+
+
+def _admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+
+
+def probe_broker(bootstrap: str, timeout: float = 5.0) -> bool | None:
+    """True when metadata is served and a transactional producer can init; else None."""
+    from confluent_kafka import Producer
+
+    metadata = _admin(bootstrap).list_topics(timeout=timeout)
+    if not metadata.brokers:
+        return None
+    producer = Producer({
+        "bootstrap.servers": bootstrap,
+        "transactional.id": f"testbed-probe-{uuid.uuid4().hex}",
+        "transaction.timeout.ms": 10000,
+        **QUIET,
+    })
+    producer.init_transactions(timeout)  # raises KafkaException until the coordinator is up
+    return True
+
+
+def wait_broker_ready(bootstrap: str, timeout: float = 90.0,
+                      on_timeout: Callable[[], str] = lambda: "") -> None:
+    """Wait until ``bootstrap`` serves metadata and transactions (coordinator loaded)."""
+    wait_for(lambda: probe_broker(bootstrap), timeout, f"Kafka at {bootstrap}",
+             interval=1.0, on_timeout=on_timeout)
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 3,
+                 config: Mapping[str, str] | None = None, timeout: float = 30.0) -> None:
+    """Create a topic and wait until every partition has a leader in the metadata."""
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(bootstrap)
+    topic = NewTopic(name, num_partitions=partitions, replication_factor=1,
+                     config=dict(config or {}))
+    admin.create_topics([topic], request_timeout=timeout)[name].result(timeout=timeout)
+
+    def ready() -> bool | None:
+        meta = admin.list_topics(topic=name, timeout=5).topics.get(name)
+        if meta is None or meta.error is not None or len(meta.partitions) != partitions:
+            return None
+        return all(p.leader >= 0 for p in meta.partitions.values()) or None
+
+    wait_for(ready, timeout, f"metadata of topic {name}")
+
+
+class KafkaBroker:
+    """A single-node KRaft Kafka broker+controller on loopback ports, data in ``workdir``.
+
+    Ports are chosen on the first start and kept, so ``restart()`` gives the same bootstrap
+    address and the same data.
+    """
+
+    def __init__(self, workdir: Path | str, version: str | None = None,
+                 extra_config: Mapping[str, object] | None = None, heap: str = "768m",
+                 detached: bool = False) -> None:
+        self.workdir = Path(workdir).resolve()
+        self._version = version or default_kafka_version()
+        self.extra_config = dict(extra_config or {})
+        self.heap = heap
+        self.detached = detached
+        self._port: int | None = None
+        self._controller_port: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # ---- properties -------------------------------------------------------------------------
+
+    @property
+    def version(self) -> str:
+        """The broker's Kafka version."""
+        return self._version
+
+    @property
+    def bootstrap(self) -> str:
+        """``127.0.0.1:port`` of the PLAINTEXT listener (known once started)."""
+        if self._port is None:
+            raise TestbedError("the broker has not been started yet")
+        return f"{LOOPBACK}:{self._port}"
+
+    @property
+    def log_path(self) -> Path:
+        """The broker's console log."""
+        return self.workdir / "broker.log"
+
+    @property
+    def config_path(self) -> Path:
+        """The server.properties it was started with."""
+        return self.workdir / "server.properties"
+
+    @property
+    def data_dir(self) -> Path:
+        """``log.dirs``: kept across restarts."""
+        return self.workdir / "data"
+
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id (None before the first start)."""
+        return self._proc.pid if self._proc is not None else None
+
+    def is_running(self) -> bool:
+        """Whether the broker process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    # ---- configuration ------------------------------------------------------------------------
+
+    def config(self) -> dict[str, object]:
+        """The effective server.properties: defaults, listeners, then ``extra_config``."""
+        assert self._port is not None and self._controller_port is not None
+        conf: dict[str, object] = dict(BROKER_DEFAULTS)
+        if _major(self.version) >= 4:
+            conf.update(BROKER_DEFAULTS_4X)
+        conf.update({
+            "listeners": f"PLAINTEXT://{LOOPBACK}:{self._port},"
+                         f"CONTROLLER://{LOOPBACK}:{self._controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{self._port}",
+            "controller.quorum.voters": f"1@{LOOPBACK}:{self._controller_port}",
+            "log.dirs": str(self.data_dir),
+        })
+        conf.update(self.extra_config)
+        return conf
+
+    def _write_files(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        lines = [f"{key}={value}" for key, value in self.config().items()]
+        self.config_path.write_text("\n".join(lines) + "\n")
+        (self.workdir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
+
+    def _java(self, *args: str, server: bool = False) -> list[str]:
+        java = shutil.which("java") or "/usr/bin/java"
+        # The broker: G1 and a modest heap; the short-lived tools: start fast.
+        tuning = ([f"-Xmx{self.heap}", "-XX:+UseG1GC"] if server else
+                  ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+        return [
+            java, *tuning,
+            f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
+            "-cp", f"{kafka_jars(self.version)}/*", *args,
+        ]
+
+    def _format_storage(self) -> None:
+        """Format ``log.dirs`` once (KRaft needs a cluster id and meta.properties)."""
+        if (self.data_dir / "meta.properties").exists():
+            return
+        uuid_run = self._run_tool("kafka.tools.StorageTool", "random-uuid")
+        cluster_id = uuid_run.strip().splitlines()[-1].strip()
+        self._run_tool("kafka.tools.StorageTool", "format", "-t", cluster_id,
+                       "-c", str(self.config_path))
+
+    def _run_tool(self, *args: str) -> str:
+        done = subprocess.run(self._java(*args), capture_output=True, text=True, timeout=120,
+                              check=False, cwd=self.workdir)
+        if done.returncode != 0:
+            raise TestbedError(f"{' '.join(args)} failed ({done.returncode}):\n"
+                               f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        return done.stdout
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    def start(self, timeout: float = 90.0) -> str:
+        """Start (or start again) the broker and wait until transactions work."""
+        if self.is_running():
+            return self.bootstrap
+        if self._port is None:
+            self._port, self._controller_port = free_port(), free_port()
+        self._write_files()
+        self._format_storage()
+        cmd = self._java("kafka.Kafka", str(self.config_path), server=True)
+        self._proc = spawn(cmd, self.log_path, self.workdir, self.detached)
+        def ready() -> bool | None:
+            if not self.is_running():
+                raise TestbedError(f"the Kafka broker exited during start\n{self._diagnose()}")
+            return probe_broker(self.bootstrap)
+
+        try:
+            wait_for(ready, timeout, f"Kafka {self.version} at {self.bootstrap}", interval=1.0,
+                     on_timeout=self._diagnose)
+        except BaseException:
+            self.kill()
+            raise
+        return self.bootstrap
+
+    def _diagnose(self) -> str:
+        state = "running" if self.is_running() else f"exited ({self._exit_code()})"
+        return f"broker {self.version} pid {self.pid} {state}\n{tail(self.log_path, 50)}"
+
+    def _exit_code(self) -> int | None:
+        return self._proc.poll() if self._proc is not None else None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Graceful shutdown (SIGTERM), SIGKILL after ``timeout``."""
+        if self._proc is not None:
+            terminate(self._proc, timeout)
+
+    def kill(self) -> None:
+        """Crash the broker: SIGKILL, no shutdown hooks."""
+        if self._proc is not None:
+            terminate(self._proc, timeout=30.0, sig=signal.SIGKILL)
+
+    def restart(self, timeout: float = 90.0, graceful: bool = True) -> str:
+        """Stop (or kill) and start again: same ports, same data."""
+        if graceful:
+            self.stop()
+        else:
+            self.kill()
+        return self.start(timeout)
+
+    def create_topic(self, name: str, partitions: int = 3,
+                     config: Mapping[str, str] | None = None, timeout: float = 30.0) -> str:
+        """Create topic ``name`` on this broker (see ``create_topic``); returns the name."""
+        create_topic(self.bootstrap, name, partitions, config, timeout)
+        return name
+
+    def __repr__(self) -> str:
+        port = self._port or "-"
+        return f"KafkaBroker(version={self.version}, port={port}, workdir={self.workdir})"
+
+
+class ExternalKafkaBroker:
+    """A broker the developer brought (``KTS_KAFKA_BOOTSTRAP``): usable, not controllable."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._bootstrap = bootstrap
+        self.version: str | None = None
+        self.log_path: Path | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        """The bootstrap address the developer gave."""
+        return self._bootstrap
+
+    def start(self, timeout: float = 90.0) -> str:
+        """Wait until the external broker serves transactions; returns its address."""
+        wait_broker_ready(self.bootstrap, timeout)
+        return self.bootstrap
+
+    def create_topic(self, name: str, partitions: int = 3,
+                     config: Mapping[str, str] | None = None, timeout: float = 30.0) -> str:
+        """Create topic ``name`` on this broker (see ``create_topic``); returns the name."""
+        create_topic(self.bootstrap, name, partitions, config, timeout)
+        return name
+
+    def _refuse(self, *_: object, **__: object) -> str:
+        raise TestbedError(f"the broker at {self.bootstrap} is external (KTS_KAFKA_BOOTSTRAP): "
+                           "it cannot be stopped, killed or restarted from the tests")
+
+    stop = kill = restart = _refuse
+
+
+@contextlib.contextmanager
+def kafka_bootstrap(workdir: Path) -> Iterator[str]:
+    """``KTS_KAFKA_BOOTSTRAP``, or a broker of ours under ``workdir`` until the block ends."""
+    external = os.environ.get("KTS_KAFKA_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    broker = KafkaBroker(workdir / "broker")
+    bootstrap = broker.start()
+    try:
+        yield bootstrap
+    finally:
+        broker.stop()

@@ -1,0 +1,158 @@
+"""Processes of the test bed: spawn, terminate, and wait for them within bounds.
+
+Every process spawned here without ``detached`` is ended at exit and, on Linux, dies with the
+thread that started it, so a test run that is itself killed leaves no broker behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+from kafka_txn_sink.testing.errors import TestbedError
+
+LOOPBACK = "127.0.0.1"
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------------------------
+# Bounded waiting
+# --------------------------------------------------------------------------------------------
+
+
+def wait_for(
+    probe: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    interval: float = 0.5,
+    on_timeout: Callable[[], str] = lambda: "",
+) -> T:
+    """Call ``probe`` until it returns something other than None, or raise after ``timeout``.
+
+    Exceptions from ``probe`` count as "not yet"; the last one is reported on timeout.
+    """
+    deadline = time.monotonic() + timeout
+    last_error = ""  # a repr only: a kept exception would keep the probe's clients alive
+    while True:
+        try:
+            result = probe()
+        except TestbedError:
+            raise
+        except Exception as exc:
+            last_error, result = repr(exc), None
+        if result is not None:
+            return result
+        if time.monotonic() >= deadline:
+            detail = f"; last error: {last_error}" if last_error else ""
+            raise TestbedError(f"timed out after {timeout:.0f}s waiting for {what}{detail}\n"
+                               + on_timeout())
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    """A currently free TCP port on the loopback address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def tail(path: Path, lines: int = 50) -> str:
+    """The last ``lines`` lines of a text file, or a note that it does not exist."""
+    if not path.exists():
+        return f"({path} does not exist)"
+    text = path.read_text(errors="replace").splitlines()[-lines:]
+    return f"--- last {len(text)} lines of {path} ---\n" + "\n".join(text)
+
+
+# --------------------------------------------------------------------------------------------
+# Spawning and ending
+# --------------------------------------------------------------------------------------------
+
+_LIVE: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _cleanup_all() -> None:
+    for proc in list(_LIVE.values()):
+        terminate(proc, timeout=10.0)
+
+
+atexit.register(_cleanup_all)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the thread that started it dies (Linux), so a
+    test run that is itself killed leaves no broker behind."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def spawn(cmd: list[str], log_path: Path, cwd: Path, detached: bool,
+          env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` in its own process group, output appended to ``log_path``.
+
+    Unless ``detached``, it is ended at exit and dies with the thread that started it."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    tie = not detached and sys.platform.startswith("linux")
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, env=dict(env) if env is not None else None,
+            preexec_fn=_die_with_parent if tie else None,
+        )
+    if not detached:
+        _LIVE[proc.pid] = proc
+    return proc
+
+
+def signal_group(pid: int, sig: signal.Signals) -> None:
+    """Send ``sig`` to the process group ``pid``; a group that is gone is not an error."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout: float, sig: signal.Signals =
+              signal.SIGTERM) -> None:
+    """Signal the process group, wait up to ``timeout``, then SIGKILL it."""
+    _LIVE.pop(proc.pid, None)
+    if proc.poll() is None:
+        signal_group(proc.pid, signal.SIGCONT)  # a paused process cannot handle SIGTERM
+        signal_group(proc.pid, sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    signal_group(proc.pid, signal.SIGKILL)  # leftovers of the group, if any
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (possibly another user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def terminate_pid(pid: int, timeout: float = 30.0) -> None:
+    """Stop a process group started by another run of this module (``down``)."""
+    signal_group(pid, signal.SIGCONT)
+    signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    signal_group(pid, signal.SIGKILL)
