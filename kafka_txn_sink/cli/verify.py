@@ -21,9 +21,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
+from kafka_txn_sink.cli.common import (
+    add_kafka_option,
+    add_s3_options,
+    json_option,
+    kafka_settings,
+    s3_settings,
+)
+from kafka_txn_sink.cli.render import Output
 from kafka_txn_sink.commit_log import LOG_FORMATS
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.storage import S3Settings
+from kafka_txn_sink.options import COMMIT_LOG, COMMIT_LOG_FORMAT, PATH, REFERENCES_TOPIC
 from kafka_txn_sink.verify import VerifySpec, verify
 from kafka_txn_sink.verify.kafka import NoProgress, Progress, ProgressTask
 from kafka_txn_sink.verify.report import Payload, VerifyReport
@@ -34,11 +42,11 @@ DEFAULT_STALL_TIMEOUT_S = 60.0
 EXACT, ANOMALIES = 0, 1
 
 
-def add_parser(commands: Any, json_option: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Register `verify` on the CLI's subcommands; `json_option` is the shared --json parent."""
+def add_parser(commands: Any) -> None:
+    """Register `verify` on the CLI's subcommands."""
     verify_parser: argparse.ArgumentParser = commands.add_parser(
         "verify",
-        parents=[json_option],
+        parents=[json_option()],
         help="compare the input ids with what the sink's outputs show read_committed",
         description="Exit 0 when every input id is in each output exactly once and nothing "
         "else is wrong, 1 on any anomaly, 2 when it cannot run.",
@@ -47,7 +55,7 @@ def add_parser(commands: Any, json_option: argparse.ArgumentParser) -> argparse.
     _output_options(verify_parser.add_argument_group("records mode"))
     _files_options(verify_parser.add_argument_group("files mode and the commit log"))
     _client_options(verify_parser.add_argument_group("clients and output"))
-    return verify_parser
+    verify_parser.set_defaults(func=run)
 
 
 def _input_options(group: Any) -> None:
@@ -89,30 +97,23 @@ def _output_options(group: Any) -> None:
 
 
 def _files_options(group: Any) -> None:
-    group.add_argument("--log", metavar="URI", help="the sink's commitLog option")
+    group.add_argument("--log", metavar="URI", help=f"the sink's {COMMIT_LOG} option")
     group.add_argument(
         "--log-format",
         choices=["auto", *LOG_FORMATS],
         default="auto",
-        help="the sink's commitLogFormat (default: found out)",
+        help=f"the sink's {COMMIT_LOG_FORMAT} (default: found out)",
     )
-    group.add_argument("--references-topic", metavar="TOPIC", help="the sink's referencesTopic")
-    group.add_argument("--path", metavar="PATH", help="the sink's path option (needs --log)")
+    group.add_argument("--references-topic", metavar="TOPIC", help=f"the sink's {REFERENCES_TOPIC}")
+    group.add_argument("--path", metavar="PATH", help=f"the sink's {PATH} option (needs --log)")
     group.add_argument(
         "--file-id-field", default="id", metavar="FIELD", help="the Avro field holding the id"
     )
 
 
 def _client_options(group: Any) -> None:
-    group.add_argument("--s3-endpoint", metavar="URL", help="S3-compatible endpoint")
-    group.add_argument("--s3-region", metavar="REGION", help="S3 region")
-    group.add_argument(
-        "--kafka",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="librdkafka client setting, e.g. security.protocol=SASL_SSL (repeatable)",
-    )
+    add_s3_options(group)
+    add_kafka_option(group)
     group.add_argument(
         "--timeout-ms",
         type=int,
@@ -135,12 +136,8 @@ def _client_options(group: Any) -> None:
     )
 
 
-def spec_of(args: argparse.Namespace, kafka: dict[str, str]) -> VerifySpec:
-    s3 = (
-        S3Settings(endpoint_url=args.s3_endpoint, region=args.s3_region)
-        if args.s3_endpoint or args.s3_region
-        else None
-    )
+def spec_of(args: argparse.Namespace) -> VerifySpec:
+    """What to verify, from the command line."""
     return VerifySpec(
         bootstrap=args.bootstrap,
         input_topics=tuple(args.input_topic),
@@ -153,25 +150,25 @@ def spec_of(args: argparse.Namespace, kafka: dict[str, str]) -> VerifySpec:
         references_topic=args.references_topic,
         path=args.path,
         file_id_field=args.file_id_field,
-        s3=s3,
-        kafka=kafka,
+        s3=s3_settings(args),
+        kafka=kafka_settings(args),
         timeout_s=args.timeout_ms / 1000,
         stall_timeout_s=args.stall_timeout_s,
     )
 
 
-def run(args: argparse.Namespace, kafka: dict[str, str], json_mode: bool) -> int:
-    """Verify, print the report, and return the exit code (errors propagate)."""
+def run(args: argparse.Namespace, out: Output) -> int:
+    """`verify`: verify, print the report, and return the exit code (errors propagate)."""
     if args.max_print < 0:
         raise ConfigError(f"--max-print must not be negative, got {args.max_print}")
-    spec = spec_of(args, kafka)
-    with _progress(enabled=not json_mode and sys.stderr.isatty()) as progress:
+    spec = spec_of(args)
+    with _progress(enabled=not out.json_mode and sys.stderr.isatty()) as progress:
         report = verify(spec, progress)
-    if json_mode:
+    if out.json_mode:
         report.write_json(sys.stdout)
         sys.stdout.flush()
     else:
-        render(report, args.max_print, _console())
+        render(report, args.max_print, out.console)
     return EXACT if report.exact else ANOMALIES
 
 
@@ -179,23 +176,30 @@ def run(args: argparse.Namespace, kafka: dict[str, str], json_mode: bool) -> int
 
 
 class _Bar:
+    """One rich progress bar, as the verifier's `ProgressTask`."""
+
     def __init__(self, progress: RichProgress, task_id: Any) -> None:
         self._progress = progress
         self._task_id = task_id
 
     def advance(self, amount: int) -> None:
+        """Move the bar on by `amount`."""
         self._progress.advance(self._task_id, amount)
 
     def finish(self) -> None:
+        """Fill the bar."""
         total = self._progress.tasks[self._task_id].total
         self._progress.update(self._task_id, completed=total)
 
 
 class _Bars:
+    """Rich progress bars, as the verifier's `Progress`."""
+
     def __init__(self, progress: RichProgress) -> None:
         self._progress = progress
 
     def task(self, description: str, total: int | None) -> ProgressTask:
+        """A new bar of `total` steps (None: unknown)."""
         return _Bar(self._progress, self._progress.add_task(description, total=total))
 
 
@@ -217,13 +221,6 @@ def _progress(enabled: bool) -> Iterator[Progress]:
 
 
 # -- the human report ----------------------------------------------------------------------
-
-
-def _console() -> Console:
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console.width = 160  # piped or captured: rich would fold tables at 80 columns
-    return console
 
 
 _Row = tuple[str, str, Callable[[Payload], list[str]]]
@@ -324,6 +321,7 @@ def _rows() -> list[_Row]:
 
 
 def render(report: VerifyReport, max_print: int, console: Console) -> None:
+    """The human report: the verdict, what was read, and each check with its first items."""
     payload = report.payload(max_print)
     anomalies = payload["anomalies"]
     total = sum(anomalies.values())

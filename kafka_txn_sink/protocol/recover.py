@@ -24,7 +24,7 @@ from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import KafkaTxnSinkError
 from kafka_txn_sink.kafka.admin_api import NOT_FOUND, ONGOING, TransactionAdmin, TxnState
 from kafka_txn_sink.protocol.complete import MAX_REPUBLISH_ROUNDS, Settler
-from kafka_txn_sink.protocol.messages import Completion, Triple
+from kafka_txn_sink.protocol.messages import Completion, Decision, Triple
 from kafka_txn_sink.protocol.txn_ids import owns, republish_id, transactional_id
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,12 @@ def known_ids(sink_id: str, txn_admin: TransactionAdmin) -> list[str]:
         return sorted(i for i, s in txn_admin.describe(ids).items() if s.state != NOT_FOUND)
 
 
+def incomplete_decisions(commit_log: CommitLog) -> list[Decision]:
+    """The decisions of the batches without a completion marker, oldest first."""
+    found = (commit_log.decision(b) for b in commit_log.incomplete_batches())
+    return [d for d in found if d is not None]
+
+
 def roll_forward(commit_log: CommitLog, settler: Settler) -> list[Completion]:
     """Complete every decided batch that has no completion marker yet, oldest first.
 
@@ -81,11 +87,11 @@ def roll_forward(commit_log: CommitLog, settler: Settler) -> list[Completion]:
         TransactionCompletionError: a participant's fate is still open; retried next time.
     """
     done = []
-    for batch_id in commit_log.incomplete_batches():
-        decision = commit_log.decision(batch_id)
-        if decision is not None:
-            log.warning("rolling forward decided batch %d of sink %s", batch_id, decision.sink_id)
-            done.append(settler.complete_or_raise_loss(decision))
+    for decision in incomplete_decisions(commit_log):
+        log.warning(
+            "rolling forward decided batch %d of sink %s", decision.batch_id, decision.sink_id
+        )
+        done.append(settler.complete_or_raise_loss(decision))
     return done
 
 
@@ -164,15 +170,12 @@ def _log_known_ids(sink_id: str, commit_log: CommitLog) -> list[str]:
 
 def _held_triples(commit_log: CommitLog) -> dict[Triple, int]:
     held: dict[Triple, int] = {}
-    for batch_id in commit_log.incomplete_batches():
-        decision = commit_log.decision(batch_id)
-        if decision is None:
-            continue
+    for decision in incomplete_decisions(commit_log):
         for participant in decision.participants:
-            held[participant.triple] = batch_id
+            held[participant.triple] = decision.batch_id
         for round_ in range(MAX_REPUBLISH_ROUNDS):
-            record = commit_log.republish(batch_id, round_)
+            record = commit_log.republish(decision.batch_id, round_)
             if record is None:
                 break
-            held[record.triple] = batch_id
+            held[record.triple] = decision.batch_id
     return held

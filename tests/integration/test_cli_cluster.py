@@ -24,7 +24,7 @@ from kafka_txn_sink.commit_log import JsonCommitLog, open_commit_log
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, SinkMeta, Triple
 from kafka_txn_sink.storage import LocalStorage, S3Settings
-from kafka_txn_sink.verify import read_topic
+from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import create_topics
 
 pytestmark = pytest.mark.kafka
@@ -79,9 +79,8 @@ def prepare(sink: Sink, txn_id: str) -> Participant:
         for topic, parts in body["offsets"].items()
     }
     partition = int(txn_id.rsplit("-", 1)[1])
-    return Participant(
-        partition, 0, txn_id, body["producer_id"], body["producer_epoch"], ROWS, offsets
-    )
+    triple = Triple(txn_id, body["producer_id"], body["producer_epoch"])
+    return Participant(partition, 0, triple, ROWS, offsets)
 
 
 def run(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, dict[str, Any]]:
@@ -130,7 +129,10 @@ def test_status_shows_the_sinks_open_transaction_only(
     assert body["incomplete"] == []
     (txn,) = body["open_transactions"]
     assert txn["transactional_id"] == f"{sink.sink_id}-0"
-    assert (txn["producer_id"], txn["producer_epoch"]) == (ours.producer_id, ours.producer_epoch)
+    assert (txn["producer_id"], txn["producer_epoch"]) == (
+        ours.triple.producer_id,
+        ours.triple.producer_epoch,
+    )
     assert 0 <= txn["age_s"] < 120
     assert txn["held_by_batch"] is None
     assert f"{sink.sink_id}-0" in table and "undecided" in table

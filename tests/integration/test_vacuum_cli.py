@@ -15,10 +15,11 @@ import boto3
 import pytest
 
 from kafka_txn_sink import cli
+from kafka_txn_sink.cli.common import CANNOT_RUN, REFUSED
 from kafka_txn_sink.commit_log import JsonCommitLog
-from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant, SinkMeta
-from kafka_txn_sink.storage import LocalStorage, S3Settings
-from kafka_txn_sink.storage.files import FileSink, LocalFileSink, open_file_sink
+from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant, SinkMeta, Triple
+from kafka_txn_sink.storage import LocalStorage, S3Settings, open_file_sink
+from kafka_txn_sink.storage.files import FileSink, LocalFileSink
 
 HOUR_S = 3600
 REFERENCED = [
@@ -42,9 +43,7 @@ def write_log(path: Path, sink: FileSink) -> Path:
         participant = Participant(
             partition=batch_id,
             attempt=0,
-            transactional_id=f"logs-{batch_id}",
-            producer_id=7000 + batch_id,
-            producer_epoch=0,
+            triple=Triple(f"logs-{batch_id}", 7000 + batch_id, 0),
             rows=1,
             offsets={},
             files=(file_ref(sink.location(name)),),
@@ -114,7 +113,7 @@ def test_local_retention_below_the_transaction_timeout_is_refused(
     args = ["--path", local_sink.uri, "--retention-hours", "0.1", "--execute"]
     code = cli.main(["vacuum", "--log", str(log), *args])
 
-    assert code == cli.CANNOT_RUN
+    assert code == CANNOT_RUN
     assert "shorter than the transaction timeout 900000 ms" in capsys.readouterr().err
     assert names(local_sink) == before
 
@@ -127,7 +126,7 @@ def test_local_wrong_path_deletes_nothing(
 
     code, body = vacuum(capsys, log, local_sink.uri, "--execute")
 
-    assert code == cli.REFUSED
+    assert code == REFUSED
     assert "is --path the sink's path option?" in body["warning"]
     assert "result" not in body
     assert names(local_sink) == before

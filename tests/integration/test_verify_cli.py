@@ -23,13 +23,15 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from kafka_txn_sink import cli
 from kafka_txn_sink.commit_log import CommitLog, LogFormat, open_commit_log
+from kafka_txn_sink.files.naming import FileNaming
+from kafka_txn_sink.files.plan import plan_files
 from kafka_txn_sink.files.references import reference
-from kafka_txn_sink.files.writer import FileNaming, FileSet, plan_files
+from kafka_txn_sink.files.writer import FileSet
 from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.messages import Completion, Decision, FileRef, Participant, SinkMeta
-from kafka_txn_sink.storage import S3Settings
-from kafka_txn_sink.storage.files import FileSink, LocalFileSink, open_file_sink
+from kafka_txn_sink.storage import S3Settings, open_file_sink
+from kafka_txn_sink.storage.files import FileSink, LocalFileSink
 from tests.conftest import S3_TEST_SECRET
 from tests.e2e.harness import create_topics
 
@@ -151,13 +153,10 @@ def prepare(bed: Bed, batch_id: int, partition: int, task: Task) -> Participant:
     prepared = txn.prepare()
     txn.detach()
     assert prepared is not None
-    triple = prepared.triple
     return Participant(
         partition,
         task.attempt,
-        triple.transactional_id,
-        triple.producer_id,
-        triple.producer_epoch,
+        prepared.triple,
         prepared.rows,
         prepared.offsets,
         refs,

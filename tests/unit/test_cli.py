@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kafka_txn_sink import cli
+from kafka_txn_sink.cli.transactions import alive_because
 from kafka_txn_sink.commit_log import JsonCommitLog
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnState
 from kafka_txn_sink.protocol.messages import (
@@ -19,6 +20,7 @@ from kafka_txn_sink.protocol.messages import (
     LostParticipant,
     Participant,
     SinkMeta,
+    Triple,
 )
 from kafka_txn_sink.storage import LocalStorage
 
@@ -30,9 +32,7 @@ def participant(batch_id: int, partition: int) -> Participant:
     return Participant(
         partition=partition,
         attempt=1 if partition == 2 else 0,
-        transactional_id=f"orders-{partition}",
-        producer_id=4000 + partition,
-        producer_epoch=batch_id,
+        triple=Triple(f"orders-{partition}", 4000 + partition, batch_id),
         rows=10,
         offsets={"events_out": {partition: (batch_id * 10, batch_id * 10 + 9)}},
     )
@@ -53,9 +53,7 @@ def decision(batch_id: int) -> Decision:
 def lost(batch_id: int, partition: int) -> LostParticipant:
     p = participant(batch_id, partition)
     return LostParticipant(
-        p.transactional_id,
-        p.producer_id,
-        p.producer_epoch,
+        p.triple,
         p.partition,
         p.rows,
         p.offsets,
@@ -206,7 +204,7 @@ def test_liveness(
         latest = replace(decision(2), decided_at_ms=now - decided_ago_ms)
     txns = [] if started_ago_ms is None else [txn("orders-0", now - started_ago_ms)]
 
-    assert cli.alive_because(latest, txns, 900_000, now) == alive
+    assert alive_because(latest, txns, 900_000, now) == alive
 
 
 def test_module_help_runs_as_a_subprocess() -> None:

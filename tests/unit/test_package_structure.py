@@ -58,7 +58,10 @@ def imported(name: str, tree: ast.Module, known: set[str]) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            submodules = [f"{base}.{alias.name}" for alias in node.names]
+            # `from pkg import module` needs the module; `from pkg import name` needs pkg.
+            needs_base = any(name not in known for name in submodules)
+            targets = [*submodules, *([base] if needs_base else [])]
         found.update(t for t in targets if t in known and t != name)
     return found
 

@@ -1,0 +1,375 @@
+"""`kafka-txn-sink status | recover`: a sink's transactions on the brokers, and settling them.
+
+    kafka-txn-sink status --log URI --bootstrap HOST:PORT [--sink-id ID]
+    kafka-txn-sink recover --log URI --bootstrap HOST:PORT [--sink-id ID] [--execute [--force]]
+        [--path PATH --references-topic R [--schema-inline-max-bytes N]]
+
+Which transactions the sink holds is answered by kafka_txn_sink.protocol.recover
+(`sink_holdings`), as for the driver's clean-up; batches are completed and transactions aborted
+by the protocol's `Settler`. This module shows the answer, and refuses to act while the query
+may still be running.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kafka_txn_sink.cli.common import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    OK,
+    REFUSED,
+    CliError,
+    brokers,
+    kafka_options,
+    kafka_settings,
+    log_options,
+    open_log,
+    s3_settings,
+    sink_id_of,
+)
+from kafka_txn_sink.cli.render import Output, Payload, age_s, iso
+from kafka_txn_sink.commit_log import CommitLog
+from kafka_txn_sink.errors import TransactionCompletionError
+from kafka_txn_sink.files.republish import Republisher
+from kafka_txn_sink.kafka.admin_api import TransactionAdmin, TxnState
+from kafka_txn_sink.kafka.cluster import Cluster
+from kafka_txn_sink.options import (
+    DEFAULT_SCHEMA_INLINE_MAX_BYTES,
+    PATH,
+    REFERENCES_TOPIC,
+    SCHEMA_INLINE_MAX_BYTES,
+)
+from kafka_txn_sink.protocol.complete import Settler
+from kafka_txn_sink.protocol.messages import Decision, Triple, now_ms
+from kafka_txn_sink.protocol.recover import Holdings, incomplete_decisions, sink_holdings
+
+END_TXN_DEADLINE_S = 30.0
+
+
+def add_parsers(commands: Any) -> None:
+    """Register `status` and `recover` on the CLI's subcommands."""
+    status = commands.add_parser(
+        "status",
+        parents=[log_options(), kafka_options()],
+        help="decided, completed and incomplete batches; this sink's open transactions",
+    )
+    status.set_defaults(func=cmd_status)
+
+    recover = commands.add_parser(
+        "recover",
+        parents=[log_options(), kafka_options()],
+        help="roll decided batches forward and abort undecided transactions (dry run by default)",
+    )
+    recover.add_argument("--execute", action="store_true", help="do it (default: only show)")
+    recover.add_argument(
+        "--force", action="store_true", help="execute even though the query may still be running"
+    )
+    recover.add_argument(
+        "--transaction-timeout-ms",
+        type=int,
+        default=DEFAULT_TRANSACTION_TIMEOUT_MS,
+        help="the sink's transaction timeout: activity younger than this means the query may be "
+        f"alive (default {DEFAULT_TRANSACTION_TIMEOUT_MS})",
+    )
+    recover.add_argument(
+        "--path", metavar="PATH", help=f"files mode: the sink's {PATH} option (to republish)"
+    )
+    recover.add_argument(
+        "--references-topic",
+        metavar="TOPIC",
+        help=f"files mode: the sink's {REFERENCES_TOPIC} option; with --path, file references "
+        "of decided transactions the broker aborted are published again",
+    )
+    recover.add_argument(
+        "--schema-inline-max-bytes",
+        type=int,
+        default=DEFAULT_SCHEMA_INLINE_MAX_BYTES,
+        metavar="N",
+        help=f"files mode: the sink's {SCHEMA_INLINE_MAX_BYTES} option, for republished "
+        f"references (default {DEFAULT_SCHEMA_INLINE_MAX_BYTES})",
+    )
+    recover.set_defaults(func=cmd_recover)
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace, out: Output) -> int:
+    """`status`: the last decided and completed batches, and the sink's open transactions."""
+    commit_log, log_sink_id = open_log(args)
+    sink_id = sink_id_of(args, log_sink_id)
+    with brokers(args) as txn_admin:
+        latest = commit_log.latest_decision()
+        incomplete = [d.batch_id for d in incomplete_decisions(commit_log)]
+        now = now_ms()
+        holdings = sink_holdings(sink_id, commit_log, txn_admin)
+    payload = {
+        "sink_id": sink_id,
+        "log": commit_log.uri,
+        "bootstrap": args.bootstrap,
+        "last_decided": _decided_json(latest, now),
+        "last_completed": last_completed(commit_log, latest, incomplete),
+        "incomplete": incomplete,
+        "open_transactions": [_txn_json(t, holdings.held, now) for t in holdings.open],
+    }
+    out.emit(payload, _render_status)
+    return OK
+
+
+def last_completed(
+    commit_log: CommitLog, latest: Decision | None, incomplete: list[int]
+) -> int | None:
+    """The newest batch with a completion marker, given the newest decision and the incomplete."""
+    if latest is None:
+        return None
+    if latest.batch_id not in incomplete:
+        return latest.batch_id
+    # Rare: the newest batch is incomplete, so look through the whole log.
+    done = [b for b in commit_log.decided_batches() if b not in set(incomplete)]
+    return done[-1] if done else None
+
+
+def _decided_json(latest: Decision | None, now: int) -> Payload | None:
+    if latest is None:
+        return None
+    return {
+        "batch": latest.batch_id,
+        "decided_at_ms": latest.decided_at_ms,
+        "age_s": age_s(latest.decided_at_ms, now),
+    }
+
+
+def _txn_json(state: TxnState, held: Mapping[Triple, int], now: int) -> Payload:
+    return {
+        "transactional_id": state.transactional_id,
+        "producer_id": state.producer_id,
+        "producer_epoch": state.producer_epoch,
+        "started_at_ms": state.start_ms,
+        "age_s": age_s(state.start_ms, now),
+        "timeout_ms": state.timeout_ms,
+        "held_by_batch": held.get(state.triple),
+    }
+
+
+def _render_status(payload: Payload, console: Console) -> None:
+    latest = payload["last_decided"]
+    summary = Table(title=f"sink {payload['sink_id']}", title_justify="left", show_header=False)
+    summary.add_column("field")
+    summary.add_column("value")
+    summary.add_row("commit log", escape(payload["log"]))
+    summary.add_row("brokers", payload["bootstrap"])
+    summary.add_row(
+        "last decided batch",
+        f"{latest['batch']} ({iso(latest['decided_at_ms'])}, {latest['age_s']} s ago)"
+        if latest
+        else "none",
+    )
+    last = payload["last_completed"]
+    summary.add_row("last completed batch", "none" if last is None else str(last))
+    incomplete = payload["incomplete"]
+    summary.add_row(
+        "incomplete batches",
+        ", ".join(map(str, incomplete)) if incomplete else "none",
+    )
+    summary.add_row("open transactions", str(len(payload["open_transactions"])))
+    console.print(summary)
+    if payload["open_transactions"]:
+        console.print(_transactions_table(payload["open_transactions"], "open transactions"))
+
+
+def _transactions_table(rows: Sequence[Payload], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for name in ("transactional id", "producer id", "epoch", "age s", "held by batch"):
+        table.add_column(name)
+    for row in rows:
+        held = row.get("held_by_batch")
+        table.add_row(
+            row["transactional_id"],
+            str(row["producer_id"]),
+            str(row["producer_epoch"]),
+            "-" if row["age_s"] is None else str(row["age_s"]),
+            "undecided" if held is None else str(held),
+        )
+    return table
+
+
+# -- recover -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `recover` would do: batches to roll forward, transactions to abort, and whether the
+    query may still be running (then `--execute` needs `--force`)."""
+
+    roll_forward: list[Decision]
+    abort: list[TxnState]
+    alive_because: str | None
+
+
+def plan_recovery(
+    commit_log: CommitLog, txn_admin: TransactionAdmin, sink_id: str, timeout_ms: int, now: int
+) -> Plan:
+    """Roll forward every incomplete decision; abort every open transaction nothing holds."""
+    holdings = sink_holdings(sink_id, commit_log, txn_admin)
+    alive = alive_because(commit_log.latest_decision(), holdings.open, timeout_ms, now)
+    return Plan(incomplete_decisions(commit_log), holdings.stale(), alive)
+
+
+def alive_because(
+    latest: Decision | None, txns: Sequence[TxnState], timeout_ms: int, now: int
+) -> str | None:
+    """Why the query may still be running, or None when nothing is younger than the timeout.
+
+    An open transaction counts too: a query with sparse triggers can be in the middle of a batch
+    long after its last decision.
+    """
+    if latest is not None and now - latest.decided_at_ms < timeout_ms:
+        age = age_s(latest.decided_at_ms, now)
+        return f"batch {latest.batch_id} was decided {age} s ago"
+    young = [t for t in txns if t.start_ms >= 0 and now - t.start_ms < timeout_ms]
+    if young:
+        age = age_s(young[0].start_ms, now)
+        return f"transaction {young[0].transactional_id} started {age} s ago"
+    return None
+
+
+def cmd_recover(args: argparse.Namespace, out: Output) -> int:
+    """`recover`: show (or with `--execute` do) the roll-forward and the aborts."""
+    commit_log, log_sink_id = open_log(args)
+    sink_id = sink_id_of(args, log_sink_id)
+    republisher = _republisher(args, sink_id)
+    with brokers(args) as txn_admin:
+        now = now_ms()
+        plan = plan_recovery(commit_log, txn_admin, sink_id, args.transaction_timeout_ms, now)
+        payload = _plan_json(plan, sink_id, args, now)
+        if not args.execute or (plan.alive_because and not args.force):
+            out.emit(payload, _render_recover)
+            return REFUSED if args.execute else OK
+        cluster = Cluster(args.bootstrap, kafka_settings(args), args.timeout_ms)
+        settler = Settler(sink_id, commit_log, txn_admin, cluster, END_TXN_DEADLINE_S, republisher)
+        payload["result"] = execute(plan, sink_id, commit_log, txn_admin, settler)
+    out.emit(payload, _render_recover)
+    return OK if payload["result"]["ok"] else REFUSED
+
+
+def _republisher(args: argparse.Namespace, sink_id: str) -> Republisher | None:
+    """Files mode's republisher from `--path` and `--references-topic`; None without them.
+
+    Raises:
+        CliError: only one of the two is given.
+    """
+    if not (args.path and args.references_topic):
+        if args.path or args.references_topic:
+            raise CliError("--path and --references-topic go together (files mode)")
+        return None
+    return Republisher(
+        sink_id=sink_id,
+        bootstrap_servers=args.bootstrap,
+        kafka=kafka_settings(args),
+        transaction_timeout_ms=args.transaction_timeout_ms,
+        client_timeout_s=args.timeout_ms / 1000,
+        references_topic=args.references_topic,
+        path=args.path,
+        s3=s3_settings(args),
+        inline_max_bytes=args.schema_inline_max_bytes,
+    )
+
+
+def execute(
+    plan: Plan, sink_id: str, commit_log: CommitLog, txn_admin: TransactionAdmin, settler: Settler
+) -> Payload:
+    """Roll forward in batch order, then abort what is still undecided; report every step."""
+    completed: list[Payload] = []
+    for decision in plan.roll_forward:
+        try:
+            settled = settler.complete(decision)
+        except TransactionCompletionError as exc:
+            return {"ok": False, "completed": completed, "aborted": [], "error": str(exc)}
+        lost = sum(x.rows for x in settled.completion.lost)
+        completed.append({"batch": decision.batch_id, "lost_rows": lost})
+    if plan.roll_forward:
+        commit_log.write_hint(plan.roll_forward[-1].batch_id)
+    triples = _still_stale(plan.abort, sink_holdings(sink_id, commit_log, txn_admin))
+    aborted = [{"transaction": str(r.triple), "error": r.error} for r in settler.abort(triples)]
+    ok = all(r["error"] is None for r in aborted)
+    return {"ok": ok, "completed": completed, "aborted": aborted, "error": None}
+
+
+def _still_stale(planned: Sequence[TxnState], now: Holdings) -> list[Triple]:
+    # Asked again just before aborting: a participant decided meanwhile must never be aborted.
+    return [t.triple for t in planned if t.triple not in now.held]
+
+
+def _plan_json(plan: Plan, sink_id: str, args: argparse.Namespace, now: int) -> Payload:
+    return {
+        "sink_id": sink_id,
+        "log": args.log,
+        "mode": "execute" if args.execute else "dry-run",
+        "alive_because": plan.alive_because,
+        "forced": bool(args.force),
+        "transaction_timeout_ms": args.transaction_timeout_ms,
+        "roll_forward": [
+            {
+                "batch": d.batch_id,
+                "rows": d.rows,
+                "participants": [str(p.triple) for p in d.participants],
+            }
+            for d in plan.roll_forward
+        ],
+        "abort": [_txn_json(t, {}, now) for t in plan.abort],
+    }
+
+
+def _render_recover(payload: Payload, console: Console) -> None:
+    result = payload.get("result")
+    verb = "rolled forward" if result else "would roll forward"
+    if payload["roll_forward"]:
+        table = Table(title=f"{verb} (decided, not completed)", title_justify="left")
+        for name in ("batch", "rows", "participants"):
+            table.add_column(name)
+        for row in payload["roll_forward"]:
+            table.add_row(str(row["batch"]), str(row["rows"]), "\n".join(row["participants"]))
+        console.print(table)
+    else:
+        console.print("nothing to roll forward: every decided batch is complete")
+    verb = "aborted" if result else "would abort"
+    if payload["abort"]:
+        console.print(_transactions_table(payload["abort"], f"{verb} (open, in no decision)"))
+    else:
+        console.print("nothing to abort: no open transaction of the sink outside a decision")
+    _render_outcome(payload, console)
+
+
+def _render_outcome(payload: Payload, console: Console) -> None:
+    result = payload.get("result")
+    alive = payload["alive_because"]
+    if result is None and payload["mode"] == "execute":
+        console.print(
+            f"[bold red]refused[/]: the query may still be running ({alive}; "
+            f"--transaction-timeout-ms is {payload['transaction_timeout_ms']}); stop it, or "
+            "pass --force if it is dead"
+        )
+    elif result is None:
+        note = (
+            f" (the query may still be running: {alive}; --execute needs --force)" if alive else ""
+        )
+        console.print(f"dry run: nothing changed; --execute does it{note}")
+    elif result["ok"]:
+        for batch in result["completed"]:
+            if batch["lost_rows"]:
+                console.print(
+                    f"[bold red]batch {batch['batch']} lost {batch['lost_rows']} rows[/]: the "
+                    f"broker had aborted a participant; see `log show {batch['batch']}`"
+                )
+        console.print("[bold green]done[/]")
+    else:
+        failed = [a for a in result["aborted"] if a["error"]]
+        reason = result["error"] or f"{len(failed)} abort(s) failed: {failed}"
+        console.print(f"[bold red]not settled[/]: {reason}")
