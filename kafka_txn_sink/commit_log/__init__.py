@@ -1,18 +1,19 @@
 """The commit log: the durable truth about which batches were decided and completed.
 
 A decision record, created put-if-absent, is the commit point of a batch; a completion marker
-follows once every participant is settled. `JsonCommitLog` keeps them as JSON objects in a
-directory or an S3 prefix; `DeltaCommitLog` (delta_log.py) keeps the same records as rows of a
-Delta table there (option commitLogFormat=delta).
+follows once every participant is settled. `CommitLog` (base.py) is the contract every format
+keeps. `JsonCommitLog` (json_log.py) keeps the records as JSON objects in a directory or an S3
+prefix; `DeltaCommitLog` (delta_log.py) keeps the same records as rows of a Delta table there
+(option commitLogFormat=delta). `open_commit_log` opens either; `detect_format` tells them apart.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, get_args
+from typing import Literal, get_args
 
+from kafka_txn_sink.commit_log.base import CommitLog
 from kafka_txn_sink.commit_log.json_log import JsonCommitLog
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.protocol.messages import Completion, Decision, Republish, SinkMeta
 from kafka_txn_sink.storage import S3Settings, open_storage
 
 __all__ = [
@@ -26,62 +27,6 @@ __all__ = [
 
 LogFormat = Literal["json", "delta"]
 LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
-
-
-class CommitLog(Protocol):
-    """What the driver, the tasks and the tools need from a commit log, whatever its format."""
-
-    @property
-    def uri(self) -> str: ...
-
-    def sink_meta(self) -> SinkMeta | None: ...
-
-    def create(self, meta: SinkMeta) -> SinkMeta:
-        """Claim the log for a sink; the existing claim if it is the same sink, else an error."""
-        ...
-
-    def put_decision(self, decision: Decision) -> None:
-        """Put-if-absent; an identical existing decision is success, a different one a conflict.
-
-        Raises:
-            CommitLogConflictError: a different decision exists for the batch; nothing changed.
-            CommitLogError: the existing record is unreadable; nothing changed.
-        """
-        ...
-
-    def decision(self, batch_id: int) -> Decision | None: ...
-
-    def has_decision(self, batch_id: int) -> bool:
-        """Existence only, without reading the record."""
-        ...
-
-    def put_completion(self, completion: Completion) -> Completion:
-        """Put-if-absent; returns the marker that is in the log afterwards."""
-        ...
-
-    def completion(self, batch_id: int) -> Completion | None: ...
-
-    def put_republish(self, republish: Republish) -> Republish:
-        """Put-if-absent per (batch, round); returns the record that is in the log afterwards."""
-        ...
-
-    def republish(self, batch_id: int, round_: int) -> Republish | None: ...
-
-    def decided_batches(self, after: int | None = None) -> list[int]: ...
-
-    def latest_decision(self) -> Decision | None: ...
-
-    def incomplete_batches(self) -> list[int]:
-        """Decided batches without a completion marker (above the hint), ascending."""
-        ...
-
-    def write_hint(self, batch_id: int) -> None:
-        """Best effort, never raises: every batch up to `batch_id` is complete."""
-        ...
-
-    def max_partition_count(self) -> int:
-        """Largest number of transactional ids used by recent batches (0 for an empty log)."""
-        ...
 
 
 def open_commit_log(uri: str, s3: S3Settings | None = None, fmt: LogFormat = "json") -> CommitLog:

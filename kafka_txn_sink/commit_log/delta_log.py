@@ -18,10 +18,10 @@ One row per record, partitioned by `kind`:
     lost            array<struct<partition int, transactional_id string, producer_id long,
                     producer_epoch int, rows long, reason string>>              (completion)
     lost_rows       long     null          null                   rows lost
-    format_version  int      the version of the record's format (records.FORMAT_VERSION)
-    record          string   the record's exact JSON (records.py), as the JSON log stores it
+    format_version  int      the version of the record's format (messages.FORMAT_VERSION)
+    record          string   the record's exact JSON (protocol/messages.py), as the JSON log stores
 
-A republish record (files mode, `records.Republish`) has kind `republish_<round>`, its batch id,
+A republish record (files mode, `messages.Republish`) has kind `republish_<round>`, its batch id,
 sink id, time and `record`; one kind per round keeps put-if-absent per (kind, batch id).
 
 The log reads back only `record`: one source of truth, the same bytes as in the JSON log. The
@@ -37,7 +37,7 @@ and compares, so exactly one record per batch lands. On S3, commit files are cre
 `If-None-Match: *` (conditional put), so no lock service is needed.
 
 There is no hint object: the highest completed batch, found from the completions' app version and
-one pruned read, plays the JSON log's hint (batches complete in order, DESIGN §3). Every
+one pruned read, plays the JSON log's hint (batches complete in order: docs/protocol.md). Every
 `compact_every` batches the table is compacted, vacuumed and checkpointed (`compact`).
 """
 
@@ -58,13 +58,21 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import CommitProperties, Transaction
 
-from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
+from kafka_txn_sink.commit_log.base import (
+    CommitLogBase,
+    R,
+    Record,
+    check_batch_id,
+    check_round,
+    parse_record,
+)
+from kafka_txn_sink.errors import CommitLogError
 from kafka_txn_sink.protocol.messages import Completion, Decision, Republish, SinkMeta
 from kafka_txn_sink.storage import LocalStorage, S3Settings, Storage, open_storage
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R")
+T = TypeVar("T")
 
 # A condition on batch_id, such as (">", 41).
 Condition = tuple[Literal["=", ">"], int]
@@ -150,7 +158,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _BACKTRACE_LINE = re.compile(r"^\d+: ")
 
 
-class DeltaCommitLog:
+class DeltaCommitLog(CommitLogBase):
     """The `CommitLog` as rows of a Delta table at a local path or an S3 prefix."""
 
     def __init__(
@@ -165,7 +173,6 @@ class DeltaCommitLog:
         self._s3 = s3 or S3Settings()
         self._uri, self._table_uri, on_s3 = _locate(location)
         self._options = storage_options(self._s3) if on_s3 else None
-        # How many of the latest decisions max_partition_count() reads.
         self.recent = recent
         # Compact after every this many completed batches; 0 never compacts.
         self.compact_every = compact_every
@@ -178,63 +185,28 @@ class DeltaCommitLog:
 
     @property
     def uri(self) -> str:
+        """The location as the JSON log names it (`file:///…` or `s3://bucket/prefix`)."""
         return self._uri
 
     # -- the CommitLog protocol --------------------------------------------------------------
 
     def sink_meta(self) -> SinkMeta | None:
+        """The claim in the `sink` row, or None (also when there is no table yet)."""
         table = self._current()
         return None if table is None else self._sink_meta(table)
 
-    def create(self, meta: SinkMeta) -> SinkMeta:
-        """Claim the log for `meta.sink_id`, or return the claim already there if it is ours."""
-        existing = self._put_if_absent(SINK, None, _sink_row(meta))
-        found = meta if existing is None else self._parse(SINK, None, existing, SinkMeta.from_json)
-        if found.sink_id != meta.sink_id:
-            raise CommitLogError(
-                f"commit log {self.uri} belongs to sink {found.sink_id}, not {meta.sink_id}"
-            )
-        return found
-
-    def put_decision(self, decision: Decision) -> None:
-        """Record the decision; an identical one already there is our own earlier attempt.
-
-        Raises:
-            CommitLogConflictError: a different decision exists for the batch (kept as it is).
-            CommitLogError: the existing row is unreadable (kept as it is).
-        """
-        existing = self._put_if_absent(DECISION, decision.batch_id, _decision_row(decision))
-        if existing is None:
-            return
-        found = self._parse(DECISION, decision.batch_id, existing, Decision.from_json)
-        if not found.same_decision(decision):
-            raise CommitLogConflictError(
-                f"batch {decision.batch_id} already has a different decision in {self.uri}: "
-                f"recorded by query {found.query_id} with {len(found.participants)} "
-                f"participant(s) of {found.tasks} task(s), {found.rows} row(s); ours is "
-                f"query {decision.query_id} with {len(decision.participants)} participant(s) of "
-                f"{decision.tasks} task(s), {decision.rows} row(s); nothing was overwritten"
-            )
-
     def decision(self, batch_id: int) -> Decision | None:
+        """The decision of `batch_id`, or None."""
         table = self._current()
         return None if table is None else self._decision(table, batch_id)
 
     def has_decision(self, batch_id: int) -> bool:
+        """Whether a decision row exists (its batch id only is read)."""
         table = self._current()
         return table is not None and bool(self._batch_ids(table, DECISION, equal=batch_id))
 
-    def put_completion(self, completion: Completion) -> Completion:
-        """Mark the batch complete; if it already is, the marker already there wins."""
-        batch_id = completion.batch_id
-        existing = self._put_if_absent(COMPLETION, batch_id, _completion_row(completion))
-        if existing is not None:
-            return self._parse(COMPLETION, batch_id, existing, Completion.from_json)
-        if self.compact_every > 0 and (batch_id + 1) % self.compact_every == 0:
-            self._compact_quietly()
-        return completion
-
     def completion(self, batch_id: int) -> Completion | None:
+        """The completion marker of `batch_id`, or None."""
         table = self._current()
         if table is None:
             return None
@@ -243,15 +215,8 @@ class DeltaCommitLog:
             return None
         return self._parse(COMPLETION, batch_id, found, Completion.from_json)
 
-    def put_republish(self, republish: Republish) -> Republish:
-        """Record a republish round; if the round is recorded already, that record wins."""
-        kind, batch_id = _republish_kind(republish.round), republish.batch_id
-        existing = self._put_if_absent(kind, batch_id, _republish_row(republish))
-        if existing is None:
-            return republish
-        return self._parse(kind, batch_id, existing, Republish.from_json)
-
     def republish(self, batch_id: int, round_: int) -> Republish | None:
+        """Round `round_` of `batch_id`'s republishing, or None."""
         table = self._current()
         kind = _republish_kind(round_)
         found = None if table is None else self._record(table, kind, batch_id)
@@ -267,6 +232,7 @@ class DeltaCommitLog:
         return self._batch_ids(table, DECISION, above=after)
 
     def latest_decision(self) -> Decision | None:
+        """The decision of the highest batch id the decisions' app version points at."""
         table = self._current()
         if table is None:
             return None
@@ -283,18 +249,27 @@ class DeltaCommitLog:
     def write_hint(self, batch_id: int) -> None:
         """Nothing to write: the table's metadata finds the highest completed batch cheaply."""
 
-    def max_partition_count(self) -> int:
-        """How many transactional ids recent batches used: the bound for an id-by-id clean-up."""
+    # -- what CommitLogBase builds on -------------------------------------------------------
+
+    def _put(self, record: R) -> R | None:
+        kind, batch_id, row = _row_of(record)
+        existing = self._put_if_absent(kind, batch_id, row)
+        if existing is not None:
+            return self._parse(kind, batch_id, existing, type(record).from_json)
+        if isinstance(record, Completion) and self._compaction_due(record.batch_id):
+            self._compact_quietly()
+        return None
+
+    def _recent_decisions(self) -> list[Decision]:
         table = self._current()
         latest = None if table is None else self._highest(table, DECISION)
         if table is None or latest is None:
-            return 0
+            return []
         found = self._rows(table, DECISION, [(">", latest - self.recent)])
-        decisions = [
+        return [
             self._parse(DECISION, batch_id, record, Decision.from_json)
             for batch_id, record in sorted(found.items())
         ]
-        return max((_partition_count(d) for d in decisions), default=0)
 
     # -- compaction ------------------------------------------------------------------------
 
@@ -320,6 +295,9 @@ class DeltaCommitLog:
             "files_vacuumed": len(deleted),
         }
 
+    def _compaction_due(self, completed_batch: int) -> bool:
+        return self.compact_every > 0 and (completed_batch + 1) % self.compact_every == 0
+
     def _compact_quietly(self) -> None:
         # The batch is recorded already; a failed compaction only leaves more files to read.
         try:
@@ -332,7 +310,7 @@ class DeltaCommitLog:
     def _put_if_absent(self, kind: str, batch_id: int | None, row: pa.Table) -> str | None:
         """Append `row` unless (kind, batch_id) has a row; the existing record if it has one."""
         if batch_id is not None:
-            _check_batch_id(batch_id)
+            check_batch_id(batch_id)
         app_id, wanted = _app_id(kind), batch_id or 0
         failure: Exception | None = None
         for _ in range(_COMMIT_ATTEMPTS):
@@ -468,7 +446,7 @@ class DeltaCommitLog:
 
     def _record(self, table: DeltaTable, kind: str, batch_id: int | None) -> str | None:
         if batch_id is not None:
-            _check_batch_id(batch_id)
+            check_batch_id(batch_id)
         where: list[Condition] = [] if batch_id is None else [("=", batch_id)]
         return self._rows(table, kind, where).get(batch_id)
 
@@ -479,7 +457,7 @@ class DeltaCommitLog:
         if above is not None:
             where.append((">", above))
         if equal is not None:
-            _check_batch_id(equal)
+            check_batch_id(equal)
             where.append(("=", equal))
         found = self._read(table, kind, where, "batch_id")
         return sorted({b for b in found.column("batch_id").to_pylist() if b is not None})
@@ -514,14 +492,10 @@ class DeltaCommitLog:
             raise self._error(f"cannot read the {kind} rows", exc) from exc
 
     def _parse(
-        self, kind: str, batch_id: int | None, record: str, parse: Callable[[bytes], R]
-    ) -> R:
+        self, kind: str, batch_id: int | None, record: str, parse: Callable[[bytes], T]
+    ) -> T:
         where = f"{self.uri} ({kind} of batch {batch_id})" if batch_id is not None else self.uri
-        try:
-            found = parse(record.encode())
-        # records' version check lets ValueError/TypeError out for a malformed "version" field.
-        except (CommitLogError, ValueError, TypeError) as exc:
-            raise CommitLogError(f"{where}: {exc}; it is left as it is") from exc
+        found = parse_record(where, record.encode(), parse)
         found_batch = getattr(found, "batch_id", batch_id)
         if found_batch != batch_id:
             raise CommitLogError(f"{where} holds the {kind} of batch {found_batch}")
@@ -570,6 +544,17 @@ def _locate(location: str) -> tuple[str, str, bool]:
     return uri, uri, True
 
 
+def _row_of(record: Record) -> tuple[str, int | None, pa.Table]:
+    """(kind, batch id, row) of a record."""
+    if isinstance(record, SinkMeta):
+        return SINK, None, _sink_row(record)
+    if isinstance(record, Decision):
+        return DECISION, record.batch_id, _decision_row(record)
+    if isinstance(record, Completion):
+        return COMPLETION, record.batch_id, _completion_row(record)
+    return _republish_kind(record.round), record.batch_id, _republish_row(record)
+
+
 def _sink_row(meta: SinkMeta) -> pa.Table:
     return _table(
         kind=SINK,
@@ -585,9 +570,9 @@ def _decision_row(decision: Decision) -> pa.Table:
         {
             "partition": p.partition,
             "attempt": p.attempt,
-            "transactional_id": p.transactional_id,
-            "producer_id": p.producer_id,
-            "producer_epoch": p.producer_epoch,
+            "transactional_id": p.triple.transactional_id,
+            "producer_id": p.triple.producer_id,
+            "producer_epoch": p.triple.producer_epoch,
             "rows": p.rows,
         }
         for p in decision.participants
@@ -610,9 +595,9 @@ def _completion_row(completion: Completion) -> pa.Table:
     lost = [
         {
             "partition": x.partition,
-            "transactional_id": x.transactional_id,
-            "producer_id": x.producer_id,
-            "producer_epoch": x.producer_epoch,
+            "transactional_id": x.triple.transactional_id,
+            "producer_id": x.triple.producer_id,
+            "producer_epoch": x.triple.producer_epoch,
             "rows": x.rows,
             "reason": x.reason,
         }
@@ -643,8 +628,7 @@ def _republish_row(republish: Republish) -> pa.Table:
 
 
 def _republish_kind(round_: int) -> str:
-    if round_ < 0:
-        raise CommitLogError(f"republish rounds are not negative, got {round_}")
+    check_round(round_)
     return f"{REPUBLISH}_{round_}"
 
 
@@ -659,15 +643,6 @@ def _table(**row: Any) -> pa.Table:
 def _column_types(schema_of: DeltaTable | DeltaSchema) -> dict[str, Any]:
     schema = schema_of.schema() if isinstance(schema_of, DeltaTable) else schema_of
     return {field["name"]: field["type"] for field in json.loads(schema.to_json())["fields"]}
-
-
-def _check_batch_id(batch_id: int) -> None:
-    if batch_id < 0:
-        raise CommitLogError(f"batch ids are not negative, got {batch_id}")
-
-
-def _partition_count(decision: Decision) -> int:
-    return max([decision.tasks, *(p.partition + 1 for p in decision.participants)])
 
 
 def _duration(seconds: float) -> str:

@@ -21,13 +21,21 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
-from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
+from kafka_txn_sink.commit_log.base import (
+    CommitLogBase,
+    R,
+    Record,
+    check_batch_id,
+    check_round,
+    parse_record,
+)
+from kafka_txn_sink.errors import CommitLogError
 from kafka_txn_sink.protocol.messages import Completion, Decision, Republish, SinkMeta
 from kafka_txn_sink.storage import Storage
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R")
+T = TypeVar("T")
 
 SINK = "_sink.json"
 DECISIONS = "decisions/"
@@ -38,12 +46,11 @@ HINT = "_hints/last_completed.json"
 _BATCH_NAME = re.compile(r"^(\d{20})\.json$")
 
 
-class JsonCommitLog:
+class JsonCommitLog(CommitLogBase):
     """One JSON object per record, on any `Storage` with put-if-absent."""
 
     def __init__(self, storage: Storage, *, recent: int = 20) -> None:
         self.storage = storage
-        # How many of the latest decisions max_partition_count() reads.
         self.recent = recent
 
     def __repr__(self) -> str:
@@ -51,43 +58,15 @@ class JsonCommitLog:
 
     @property
     def uri(self) -> str:
+        """The storage's root."""
         return self.storage.uri
 
     def sink_meta(self) -> SinkMeta | None:
+        """The claim in `_sink.json`, or None."""
         return self._read(SINK, SinkMeta.from_json)
 
-    def create(self, meta: SinkMeta) -> SinkMeta:
-        """Claim the log for `meta.sink_id`, or return the claim already there if it is ours."""
-        existing = meta
-        if not self.storage.put_if_absent(SINK, meta.to_json()):
-            existing = self._read_existing(SINK, SinkMeta.from_json)
-        if existing.sink_id != meta.sink_id:
-            raise CommitLogError(
-                f"commit log {self.uri} belongs to sink {existing.sink_id}, not {meta.sink_id}"
-            )
-        return existing
-
-    def put_decision(self, decision: Decision) -> None:
-        """Record the decision; an identical one already there is our own earlier attempt.
-
-        Raises:
-            CommitLogConflictError: a different decision exists for the batch (kept as it is).
-            CommitLogError: the existing record is empty or unreadable (kept as it is).
-        """
-        name = decision_name(decision.batch_id)
-        if self.storage.put_if_absent(name, decision.to_json()):
-            return
-        existing = self._read_existing(name, Decision.from_json)
-        if not existing.same_decision(decision):
-            raise CommitLogConflictError(
-                f"batch {decision.batch_id} already has a different decision in {self.uri}: "
-                f"recorded by query {existing.query_id} with {len(existing.participants)} "
-                f"participant(s) of {existing.tasks} task(s), {existing.rows} row(s); ours is "
-                f"query {decision.query_id} with {len(decision.participants)} participant(s) of "
-                f"{decision.tasks} task(s), {decision.rows} row(s); nothing was overwritten"
-            )
-
     def decision(self, batch_id: int) -> Decision | None:
+        """The decision of `batch_id`, or None."""
         found = self._read(decision_name(batch_id), Decision.from_json)
         if found is not None and found.batch_id != batch_id:
             raise CommitLogError(
@@ -96,16 +75,11 @@ class JsonCommitLog:
         return found
 
     def has_decision(self, batch_id: int) -> bool:
+        """Whether the decision object exists (not read)."""
         return self.storage.exists(decision_name(batch_id))
 
-    def put_completion(self, completion: Completion) -> Completion:
-        """Mark the batch complete; if it already is, the marker already there wins."""
-        name = completion_name(completion.batch_id)
-        if self.storage.put_if_absent(name, completion.to_json()):
-            return completion
-        return self._read_existing(name, Completion.from_json)
-
     def completion(self, batch_id: int) -> Completion | None:
+        """The completion marker of `batch_id`, or None."""
         found = self._read(completion_name(batch_id), Completion.from_json)
         if found is not None and found.batch_id != batch_id:
             raise CommitLogError(
@@ -114,14 +88,8 @@ class JsonCommitLog:
             )
         return found
 
-    def put_republish(self, republish: Republish) -> Republish:
-        """Record a republish round; if the round is recorded already, that record wins."""
-        name = republish_name(republish.batch_id, republish.round)
-        if self.storage.put_if_absent(name, republish.to_json()):
-            return republish
-        return self._read_existing(name, Republish.from_json)
-
     def republish(self, batch_id: int, round_: int) -> Republish | None:
+        """Round `round_` of `batch_id`'s republishing, or None."""
         found = self._read(republish_name(batch_id, round_), Republish.from_json)
         if found is not None and (found.batch_id, found.round) != (batch_id, round_):
             raise CommitLogError(
@@ -135,6 +103,7 @@ class JsonCommitLog:
         return self._batches(DECISIONS, after)
 
     def latest_decision(self) -> Decision | None:
+        """The highest decision, listing only above the hint when there is a usable one."""
         hint = self.last_completed_hint()
         batches = self.decided_batches(after=hint)
         if batches:
@@ -172,18 +141,19 @@ class JsonCommitLog:
         except Exception as exc:
             log.warning("could not write the commit log hint of %s: %s", self.uri, exc)
 
-    def max_partition_count(self) -> int:
-        """How many transactional ids recent batches used: the bound for an id-by-id clean-up."""
+    def _put(self, record: R) -> R | None:
+        name = _name_of(record)
+        if self.storage.put_if_absent(name, record.to_json()):
+            return None
+        return self._read_existing(name, type(record).from_json)
+
+    def _recent_decisions(self) -> list[Decision]:
         latest = self.latest_decision()
         if latest is None:
-            return 0
+            return []
         batches = self.decided_batches(after=latest.batch_id - self.recent)
-        count = 0
-        for batch_id in batches[-self.recent :]:
-            found = latest if batch_id == latest.batch_id else self.decision(batch_id)
-            if found is not None:
-                count = max(count, _partition_count(found))
-        return count
+        found = (latest if b == latest.batch_id else self.decision(b) for b in batches)
+        return [d for d in found if d is not None]
 
     def _batches(self, prefix: str, after: int | None) -> list[int]:
         if after is not None and after < 0:
@@ -192,11 +162,11 @@ class JsonCommitLog:
         ids = (_batch_of(name, prefix) for name in self.storage.list(prefix, start_after))
         return sorted(b for b in ids if b is not None and (after is None or b > after))
 
-    def _read(self, name: str, parse: Callable[[bytes], R]) -> R | None:
+    def _read(self, name: str, parse: Callable[[bytes], T]) -> T | None:
         data = self.storage.get(name)
         return None if data is None else self._parse(name, data, parse)
 
-    def _read_existing(self, name: str, parse: Callable[[bytes], R]) -> R:
+    def _read_existing(self, name: str, parse: Callable[[bytes], T]) -> T:
         """Read back a record that put-if-absent found; never overwrite it, whatever it holds."""
         data = self.storage.get(name)
         if data is None:
@@ -205,36 +175,43 @@ class JsonCommitLog:
             )
         return self._parse(name, data, parse)
 
-    def _parse(self, name: str, data: bytes, parse: Callable[[bytes], R]) -> R:
+    def _parse(self, name: str, data: bytes, parse: Callable[[bytes], T]) -> T:
         if not data:
             raise CommitLogError(
                 f"{self.uri}/{name} is empty; it was not written by kafka_txn_sink's put-if-absent "
                 "and is left as it is: inspect it and restore it by hand"
             )
-        try:
-            return parse(data)
-        # records' version check lets ValueError/TypeError out for a malformed "version" field.
-        except (CommitLogError, ValueError, TypeError) as exc:
-            raise CommitLogError(f"{self.uri}/{name}: {exc}; it is left as it is") from exc
+        return parse_record(f"{self.uri}/{name}", data, parse)
 
 
 def decision_name(batch_id: int) -> str:
+    """`decisions/<batch:020d>.json`."""
     return _batch_name(DECISIONS, batch_id)
 
 
 def completion_name(batch_id: int) -> str:
+    """`completions/<batch:020d>.json`."""
     return _batch_name(COMPLETIONS, batch_id)
 
 
 def republish_name(batch_id: int, round_: int) -> str:
-    if round_ < 0:
-        raise CommitLogError(f"republish rounds are not negative, got {round_}")
+    """`republish/<batch:020d>-<round:03d>.json`."""
+    check_round(round_)
     return f"{_batch_name(REPUBLISH, batch_id)[:-5]}-{round_:03d}.json"
 
 
+def _name_of(record: Record) -> str:
+    if isinstance(record, SinkMeta):
+        return SINK
+    if isinstance(record, Decision):
+        return decision_name(record.batch_id)
+    if isinstance(record, Completion):
+        return completion_name(record.batch_id)
+    return republish_name(record.batch_id, record.round)
+
+
 def _batch_name(prefix: str, batch_id: int) -> str:
-    if batch_id < 0:
-        raise CommitLogError(f"batch ids are not negative, got {batch_id}")
+    check_batch_id(batch_id)
     return f"{prefix}{batch_id:020d}.json"
 
 
@@ -250,7 +227,3 @@ def _parse_hint(data: bytes) -> int | None:
     except (ValueError, KeyError):
         return None
     return batch_id if isinstance(batch_id, int) and batch_id >= 0 else None
-
-
-def _partition_count(decision: Decision) -> int:
-    return max([decision.tasks, *(p.partition + 1 for p in decision.participants)])

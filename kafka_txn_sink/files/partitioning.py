@@ -167,12 +167,15 @@ _CACHE_SIZE = 4096
 
 @dataclass(frozen=True)
 class TimeSegment:
+    """One directory of a time pattern: its name and how its value is formatted."""
+
     name: str
     pattern: str
     parts: tuple[Field, ...] = field(compare=False, repr=False)
     letters: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def format(self, ts: datetime) -> str:
+        """This directory's value for `ts` (already in the partition's time zone)."""
         return "".join(part(ts) for part in self.parts)
 
 
@@ -207,6 +210,7 @@ class TimePattern:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The directory names, in order (`date`, `hour`)."""
         return tuple(s.name for s in self.segments)
 
     def format(self, ts: datetime, tz: ZoneInfo) -> list[tuple[str, str]]:
@@ -348,6 +352,7 @@ def partition_text(value: Any) -> str | None:
 
 
 def supports_partition_type(data_type: DataType) -> bool:
+    """True when a column of `data_type` can name a directory (one of `PARTITION_TYPES`)."""
     return isinstance(
         data_type, (*_TEXT_TYPES, *_INTEGRAL_TYPES, BooleanType, DateType, DecimalType)
     )
@@ -385,6 +390,7 @@ class PartitionSpec:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """Every directory name, in path order: the columns, then the time pattern's."""
         return (*self.columns, *(self.time.names if self.time else ()))
 
     def values(self, row: Any) -> PartitionValues:
@@ -424,6 +430,7 @@ class PartitionSpec:
         return by_columns_and_time
 
     def path(self, values: PartitionValues) -> str:
+        """The directory of these values, relative to the sink's root (`user=ann/date=...`)."""
         return hive_path(values)
 
     def _time_values(self, ts: Any) -> tuple[tuple[str, str | None], ...]:

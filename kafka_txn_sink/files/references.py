@@ -1,6 +1,6 @@
 """Files mode: the reference message each task publishes for each file.
 
-A task writes its rows into Avro files (`avro_files.FileSet`), uploads them under names unique
+A task writes its rows into Avro files (`writer.FileSet`), uploads them under names unique
 to the attempt, then produces one reference per file to `referencesTopic` inside the same
 Kafka transaction as its records (if any). The files exist before the decision, but only the
 files a decision lists are referenced for read_committed consumers; the commit log lists them too.
@@ -17,10 +17,15 @@ from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.storage.files import FileSink
 
 REFERENCE_KIND = "kafka_txn_sink.file"
+"""The `kind` of every reference message, which tells it from other messages of the topic."""
 REFERENCE_VERSION = 1
+"""The version of the reference message's layout."""
+
 
 @dataclass(frozen=True)
 class Reference:
+    """One reference message: keyed by the file's partition path, the JSON body as value."""
+
     key: bytes
     value: bytes
 

@@ -22,14 +22,15 @@ from typing import Any
 from fastavro import reader as avro_reader
 
 from kafka_txn_sink.errors import StagingError
+from kafka_txn_sink.files.naming import base_name, stored_name
 from kafka_txn_sink.files.references import Reference, reference
 from kafka_txn_sink.files.writer import WrittenFile
 from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant, Republish
 from kafka_txn_sink.protocol.txn_ids import republish_id
-from kafka_txn_sink.storage import S3Settings
-from kafka_txn_sink.storage.files import FileSink, open_file_sink
+from kafka_txn_sink.storage import S3Settings, open_file_sink
+from kafka_txn_sink.storage.files import FileSink
 
 # The Avro header (magic, schema, codec, sync marker) is read in growing slices up to this.
 _HEADER_FIRST_BYTES = 64 * 1024
@@ -110,9 +111,7 @@ class Republisher:
             batch_id=decision.batch_id,
             round=round_,
             partitions=tuple(sorted(p.partition for p in participants)),
-            transactional_id=prepared.triple.transactional_id,
-            producer_id=prepared.triple.producer_id,
-            producer_epoch=prepared.triple.producer_epoch,
+            triple=prepared.triple,
             references=prepared.rows,
             offsets=prepared.offsets,
             recorded_at_ms=prepared.prepared_at_ms,
@@ -134,8 +133,7 @@ class Republisher:
 
 def _name(sink: FileSink, ref: FileRef) -> str:
     """The file's name under the sink's root, checked against the location the log holds."""
-    base = ref.location.rstrip("/").rsplit("/", 1)[-1]
-    name = f"{ref.partition_path}/{base}" if ref.partition_path else base
+    name = stored_name(ref.partition_path, base_name(ref.location))
     if sink.location(name) != ref.location:
         raise StagingError(
             f"the decision names file {ref.location}, which is not under option path "

@@ -14,11 +14,8 @@ from dataclasses import dataclass
 
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.files.naming import is_data_file
 from kafka_txn_sink.storage.files import PendingUpload, StoredFile
-
-SCHEMAS_DIR = "_schemas/"
-DATA_SUFFIX = ".avro"
-_TEMP_PREFIX, _TEMP_SUFFIX = ".", ".tmp"
 
 
 @dataclass(frozen=True)
@@ -33,6 +30,7 @@ class VacuumPlan:
 
     @property
     def delete_bytes(self) -> int:
+        """The bytes the deletions free."""
         return sum(f.bytes for f in self.delete)
 
 
@@ -74,7 +72,7 @@ def plan_vacuum(
     delete: list[StoredFile] = []
     counts = {"referenced": 0, "young": 0, "other": 0}
     for item in stored:
-        if not _is_data(item.name):
+        if not is_data_file(item.name):
             counts["other"] += 1
         elif location(item.name) in named:
             counts["referenced"] += 1
@@ -84,16 +82,6 @@ def plan_vacuum(
             delete.append(item)
     abort = [u for u in pending if u.initiated_s < cutoff]
     return VacuumPlan(delete, abort, **counts)
-
-
-def _is_data(name: str) -> bool:
-    if name.startswith(SCHEMAS_DIR):
-        return False
-    base = name.rpartition("/")[2]
-    if base.startswith(_TEMP_PREFIX):
-        # A temporary of a local upload that a crash left behind: `.part-….avro.<hex>.tmp`.
-        return base.endswith(_TEMP_SUFFIX) and DATA_SUFFIX in base
-    return base.endswith(DATA_SUFFIX)
 
 
 def referenced_locations(commit_log: CommitLog) -> set[str]:

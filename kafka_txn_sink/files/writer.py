@@ -1,21 +1,20 @@
-"""The Avro files one Spark task writes in files mode (executor side).
+"""The Avro files one Spark task attempt writes in files mode (executor side).
 
-`plan_files` checks the options against the input schema once, on the driver; the `FilePlan` it
-returns travels to the tasks, where a `FileSet` routes each row to the open file of its partition
-directory, rolls files at a record or byte limit, and keeps at most `max_open_files` open,
-closing the least recently used one when a new directory needs a file (a later row of that
-directory starts another file). So memory and file handles stay bounded however many distinct
-keys (`user`) a task sees; the price is more, smaller files when rows of many keys interleave.
-Spark refuses to sort a streaming DataFrame (`sortWithinPartitions` too), so a larger
-`max_open_files`, or `repartition(n, <partition columns>)` giving each task fewer keys, is the
-remedy.
+A `FileSet` writes by the driver's `plan.FilePlan`: it routes each row to the open file of its
+partition directory, rolls files at a record or byte limit, and keeps at most `max_open_files`
+open, closing the least recently used one when a new directory needs a file (a later row of
+that directory starts another file). So memory and file handles stay bounded however many
+distinct keys (`user`) a task sees; the price is more, smaller files when rows of many keys
+interleave. Spark refuses to sort a streaming DataFrame (`sortWithinPartitions` too), so a
+larger `max_open_files`, or `repartition(n, <partition columns>)` giving each task fewer keys,
+is the remedy.
 
 Two modes:
 
 - Spark schema: the record is the row minus its partition columns (as Spark's file sink writes
-  them), in the schema of `avro_schema.spark_to_avro`, written block by block with fastavro.
+  them), in the schema of `spark_avro.spark_to_avro`, written block by block with fastavro.
 - Payload: the record is the JSON object in `payload_column`; each file's schema is aggregated
-  from that file's payloads (`avro_schema.SchemaAggregator`). The schema must be final before
+  from that file's payloads (`json_schema.SchemaAggregator`). The schema must be final before
   the header is written, so payloads are spooled to a local file (parsed, in `marshal` form)
   and the Avro file is written when its file closes; no file's rows are ever held in memory.
 
@@ -23,309 +22,37 @@ A finished file is uploaded at once and its local copy deleted. Byte limits coun
 Avro file (Spark schema: compressed blocks flushed so far) or the spooled payloads (payload
 mode: the Avro file is not written yet); either may be exceeded by one block or one row.
 
-Files are named `part-<batch>-<partition>-<attempt>-<seq>-<token>.avro`: unique per batch, Spark
-partition, attempt and file, with a random token against batch ids that restart at 0. The sync
-marker derives from (batch, partition, seq), so rewriting the same rows gives the same bytes.
+Files are named by `naming.FileNaming`: unique per batch, Spark partition, attempt and file. The
+sync marker derives from (batch, partition, seq), so rewriting the same rows gives the same
+bytes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import marshal
 import shutil
 import tempfile
-import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Literal, cast
+from typing import IO, Any, cast
 
-import fastavro
 from fastavro.write import Writer
-from pyspark.sql.types import (
-    BinaryType,
-    CharType,
-    StringType,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
-    VarcharType,
-)
 
-from kafka_txn_sink.errors import ConfigError, InputError, StagingError
-from kafka_txn_sink.files.avro_schema import (
-    Irreconcilable,
-    SchemaAggregator,
-    fingerprint,
-    row_converter,
-    schema_digest,
-    spark_to_avro,
-)
-from kafka_txn_sink.files.partitioning import (
-    PARTITION_TYPES,
-    PartitionSpec,
-    PartitionValues,
-    TimePattern,
-    supports_partition_type,
-    time_zone,
-)
-from kafka_txn_sink.options import (
-    AVRO_CODEC,
-    DEFAULT_MAX_BYTES_PER_FILE,
-    DEFAULT_MAX_OPEN_FILES,
-    IRRECONCILABLE_TYPES,
-    MAX_BYTES_PER_FILE,
-    MAX_OPEN_FILES,
-    MAX_RECORDS_PER_FILE,
-    PARTITION_BY,
-    PAYLOAD_COLUMN,
-    TIME_PARTITION_COLUMN,
-    TIME_PARTITION_PATTERN,
-    TIME_PARTITION_TIME_ZONE,
-    FilesOptions,
-)
+from kafka_txn_sink.errors import InputError, StagingError
+from kafka_txn_sink.files.avro_names import fingerprint, schema_digest
+from kafka_txn_sink.files.json_schema import SchemaAggregator
+from kafka_txn_sink.files.naming import FileNaming, schema_file_name, stored_name
+from kafka_txn_sink.files.partitioning import PartitionValues
+from kafka_txn_sink.files.plan import Codec, FilePlan
+from kafka_txn_sink.files.spark_avro import row_converter
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.storage.files import FileSink
-
-Codec = Literal["null", "deflate", "snappy", "zstandard"]
-CODECS: tuple[Codec, ...] = ("null", "deflate", "snappy", "zstandard")
-
-SCHEMAS_DIR = "_schemas"
-
-_TEXT_TYPES = (StringType, CharType, VarcharType)
-
-
-# --- plan (driver) -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FilePlan:
-    """What every task of a files-mode sink needs to write its files; checked, picklable.
-
-    `max_records_per_file` 0 means no limit (as Spark's `maxRecordsPerFile`).
-    """
-
-    schema: StructType
-    spec: PartitionSpec
-    payload_column: str | None
-    codec: Codec
-    max_records_per_file: int
-    max_bytes_per_file: int
-    max_open_files: int
-    irreconcilable: Irreconcilable = "union"
-
-    @property
-    def data_indexes(self) -> tuple[int, ...]:
-        """Positions of the columns written to files in Spark-schema mode."""
-        partitioned = set(self.spec.columns)
-        return tuple(i for i, n in enumerate(self.schema.names) if n not in partitioned)
-
-    def data_schema(self) -> StructType:
-        return StructType([self.schema.fields[i] for i in self.data_indexes])
-
-    def avro_schema(self) -> dict[str, Any]:
-        """The record schema of every file in Spark-schema mode."""
-        return spark_to_avro(self.data_schema())
-
-
-def plan_files(
-    schema: StructType,
-    *,
-    partition_by: Sequence[str] = (),
-    time_column: str | None = None,
-    time_pattern: str | None = None,
-    time_zone_name: str = "UTC",
-    payload_column: str | None = None,
-    codec: str = "null",
-    max_records_per_file: int = 0,
-    max_bytes_per_file: int = DEFAULT_MAX_BYTES_PER_FILE,
-    max_open_files: int = DEFAULT_MAX_OPEN_FILES,
-    irreconcilable: Irreconcilable = "union",
-) -> FilePlan:
-    """Check the files-mode options against the input schema.
-
-    Raises:
-        ConfigError: an option is invalid or names a column the input does not have.
-        InputError: a named column has a type it cannot serve for (partition, time, payload
-            column), or a written column has a type Avro cannot hold.
-    """
-    names = schema.names
-    _check_limits(max_records_per_file, max_bytes_per_file, max_open_files)
-    checked_codec = _check_codec(codec)
-    columns = _check_partition_columns(schema, partition_by)
-    pattern = TimePattern.parse(time_pattern) if time_pattern is not None else None
-    if time_column is not None and time_column not in names:
-        raise _missing(TIME_PARTITION_COLUMN.name, time_column, names)
-    time_field = schema[time_column] if time_column is not None else None
-    if time_field is not None and not isinstance(
-        time_field.dataType, (TimestampType, TimestampNTZType)
-    ):
-        raise InputError(
-            f"column {time_column} is {time_field.dataType.simpleString()}; option "
-            f"{TIME_PARTITION_COLUMN} needs a timestamp or timestamp_ntz column"
-        )
-    spec = PartitionSpec(
-        columns,
-        pattern,
-        time_column,
-        time_zone(time_zone_name, TIME_PARTITION_TIME_ZONE.name),
-        time_ntz=time_field is not None and isinstance(time_field.dataType, TimestampNTZType),
-    )
-    if payload_column is not None:
-        _check_payload_column(schema, payload_column, columns)
-    if irreconcilable not in ("union", "string"):
-        raise ConfigError(f"irreconcilable must be 'union' or 'string', not {irreconcilable!r}")
-    plan = FilePlan(
-        schema,
-        spec,
-        payload_column,
-        checked_codec,
-        max_records_per_file,
-        max_bytes_per_file,
-        max_open_files,
-        irreconcilable,
-    )
-    if payload_column is None:
-        _check_data_columns(plan)
-    return plan
-
-
-def plan_for_options(files: FilesOptions, schema: StructType) -> FilePlan:
-    """Check files mode's options against the input schema (driver side).
-
-    Raises:
-        ConfigError / InputError: an option or a column does not fit; the message names it.
-    """
-    if files.irreconcilable not in ("union", "string"):
-        raise ConfigError(
-            f"option {IRRECONCILABLE_TYPES} must be union or string, got {files.irreconcilable!r}"
-        )
-    return plan_files(
-        schema,
-        partition_by=files.partition_by,
-        time_column=files.time_column,
-        time_pattern=files.time_pattern,
-        time_zone_name=files.time_zone,
-        payload_column=files.payload_column,
-        codec=files.codec,
-        max_records_per_file=files.max_records_per_file,
-        max_bytes_per_file=files.max_bytes_per_file,
-        max_open_files=files.max_open_files,
-        irreconcilable="string" if files.irreconcilable == "string" else "union",
-    )
-
-
-def _check_limits(max_records: int, max_bytes: int, max_open: int) -> None:
-    for option, value, least in (
-        (MAX_RECORDS_PER_FILE, max_records, 0),
-        (MAX_BYTES_PER_FILE, max_bytes, 1),
-        (MAX_OPEN_FILES, max_open, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ConfigError(f"option {option} must be an integer of at least {least}: {value!r}")
-
-
-def _check_codec(codec: str) -> Codec:
-    for known in CODECS:
-        if codec.strip().lower() == known:
-            _probe_codec(known)
-            return known
-    raise ConfigError(f"option {AVRO_CODEC} must be one of {', '.join(CODECS)}, not {codec!r}")
-
-
-def _probe_codec(codec: Codec) -> None:
-    # fastavro registers a codec whose library is missing, and fails only at the first block.
-    probe = {"type": "record", "name": "Probe", "fields": [{"name": "x", "type": "long"}]}
-    try:
-        with tempfile.TemporaryFile() as out:
-            fastavro.writer(out, probe, [{"x": 1}], codec=codec)
-    except ValueError as exc:
-        raise ConfigError(f"option {AVRO_CODEC}={codec} is not available here: {exc}") from exc
-
-
-def _check_partition_columns(schema: StructType, partition_by: Sequence[str]) -> tuple[str, ...]:
-    columns = tuple(partition_by)
-    duplicates = sorted({c for c in columns if columns.count(c) > 1})
-    if duplicates:
-        raise ConfigError(f"option {PARTITION_BY} names {', '.join(duplicates)} twice")
-    for column in columns:
-        if column not in schema.names:
-            raise _missing(PARTITION_BY.name, column, schema.names)
-        data_type = schema[column].dataType
-        if not supports_partition_type(data_type):
-            raise InputError(
-                f"partition column {column} is {data_type.simpleString()}; partition columns "
-                f"must be {PARTITION_TYPES} (cast it, e.g. to string)"
-            )
-    return columns
-
-
-def _check_payload_column(schema: StructType, column: str, partition_by: Iterable[str]) -> None:
-    if column not in schema.names:
-        raise _missing(PAYLOAD_COLUMN.name, column, schema.names)
-    if column in partition_by:
-        raise ConfigError(f"column {column} cannot be both {PAYLOAD_COLUMN} and a partition column")
-    data_type = schema[column].dataType
-    if not isinstance(data_type, (*_TEXT_TYPES, BinaryType)):
-        raise InputError(
-            f"column {column} is {data_type.simpleString()}; option {PAYLOAD_COLUMN} needs a "
-            "string (or binary) column holding one JSON object per row"
-        )
-
-
-def _check_data_columns(plan: FilePlan) -> None:
-    data = plan.data_schema()
-    if not data.fields:
-        raise ConfigError(
-            f"option {PARTITION_BY} names every column; at least one must be written to files"
-        )
-    # Spark reads partition directories back as columns: one named like a data column clashes.
-    data_names = {f.name.lower(): f.name for f in data.fields}
-    time_names = plan.spec.time.names if plan.spec.time else ()
-    for name in time_names:
-        if name.lower() in data_names:
-            raise ConfigError(
-                f"option {TIME_PARTITION_PATTERN} names a directory {name!r} like the column "
-                f"{data_names[name.lower()]}; readers would see two columns of that name"
-            )
-    spark_to_avro(data)  # InputError naming a column Avro cannot hold
-
-
-def _missing(option: str, column: str, names: Sequence[str]) -> ConfigError:
-    return ConfigError(
-        f"option {option} names column {column!r}, which the input does not have "
-        f"(columns: {', '.join(names)})"
-    )
-
-
-# --- naming ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FileNaming:
-    """Names of one task attempt's files; `token` tells apart runs whose batch ids repeat."""
-
-    batch_id: int
-    partition: int
-    attempt: int
-    token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
-
-    def name(self, seq: int) -> str:
-        return (
-            f"part-{self.batch_id:010d}-{self.partition:05d}-{self.attempt:03d}-"
-            f"{seq:05d}-{self.token}.avro"
-        )
-
-    def sync_marker(self, seq: int) -> bytes:
-        # Not the attempt or token: a retry writing the same rows writes the same bytes.
-        return hashlib.md5(
-            f"kafka_txn_sink/{self.batch_id}/{self.partition}/{seq}".encode(), usedforsecurity=False
-        ).digest()
 
 
 @dataclass(frozen=True)
@@ -339,7 +66,7 @@ class WrittenFile:
 
 def store_schema(sink: FileSink, schema: dict[str, Any]) -> str:
     """Write `schema` beside the files as `_schemas/<sha256>.avsc` (once); returns that name."""
-    name = f"{SCHEMAS_DIR}/{schema_digest(schema)}.avsc"
+    name = schema_file_name(schema_digest(schema))
     sink.put_text(name, json.dumps(schema, sort_keys=True, separators=(",", ":")))
     return name
 
@@ -524,6 +251,7 @@ class FileSet:
 
     @property
     def open_files(self) -> int:
+        """How many files are open now (at most the plan's `max_open_files`)."""
         return len(self._open)
 
     def add(self, row: Sequence[Any]) -> None:
@@ -647,7 +375,7 @@ class FileSet:
             size = out.local.stat().st_size
         except OSError as exc:
             raise StagingError(f"cannot write the local file {out.local}: {exc}") from exc
-        name = f"{out.path}/{out.name}" if out.path else out.name
+        name = stored_name(out.path, out.name)
         location = self._sink.upload(out.local, name)
         out.local.unlink(missing_ok=True)
         ref = FileRef(

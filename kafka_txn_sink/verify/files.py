@@ -3,14 +3,13 @@
 A reader of files mode follows the reference messages (or the commit log) to the files, so the
 ids it sees are the ids in the referenced files, once per reference. Files under the sink's
 path that no decision lists are either left by failed task attempts (named by this sink's
-`FileNaming` after an undecided batch, or after an attempt the decision did not pick: garbage
+`files.naming` after an undecided batch, or after an attempt the decision did not pick: garbage
 for `kafka-txn-sink vacuum`, invisible to readers) or orphans nobody can explain.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import tempfile
 from collections import Counter
@@ -23,42 +22,18 @@ import fastavro
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kafka_txn_sink.errors import StagingError
+from kafka_txn_sink.files.naming import is_schema_file, is_temp, parse_file_name
 from kafka_txn_sink.files.references import parse_reference
 from kafka_txn_sink.protocol.messages import FileRef
-from kafka_txn_sink.storage import parse_location
-from kafka_txn_sink.storage.files import StoredFile, open_file_sink
-from kafka_txn_sink.storage.s3 import S3Settings, code_of, make_client, status_of
+from kafka_txn_sink.storage import S3Settings, open_file_sink, parse_location
+from kafka_txn_sink.storage.files import StoredFile
+from kafka_txn_sink.storage.s3 import code_of, make_client, status_of
 from kafka_txn_sink.verify.ids import IdStore, compare, id_bytes
 from kafka_txn_sink.verify.kafka import Chunk, Progress
 from kafka_txn_sink.verify.log import BatchCounter, LogView, OffsetIndex
 from kafka_txn_sink.verify.report import FilesReport, IdsReport, Payload, RecordList
 
-SCHEMAS_DIR = "_schemas/"
-# avro_files.FileNaming: part-{batch:010d}-{partition:05d}-{attempt:03d}-{seq:05d}-{token}.avro
-_FILE_NAME = re.compile(r"^part-(\d{10,})-(\d{5,})-(\d{3,})-(\d{5,})-([0-9a-f]+)\.avro$")
-# A local upload's temporary left behind by a crash: `.part-….avro.<hex>.tmp`
-_LOCAL_TEMP = re.compile(r"^\.(part-.+\.avro)\.[0-9a-f]+\.tmp$")
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
-
-
-@dataclass(frozen=True)
-class FileName:
-    batch_id: int
-    partition: int
-    attempt: int
-    seq: int
-    token: str
-
-
-def parse_file_name(name: str) -> FileName | None:
-    """The batch, Spark partition, attempt and token in a data file's name (None: not ours)."""
-    base = name.rpartition("/")[2]
-    temp = _LOCAL_TEMP.match(base)
-    match = _FILE_NAME.match(temp.group(1) if temp else base)
-    if match is None:
-        return None
-    batch, partition, attempt, seq = (int(match.group(i)) for i in range(1, 5))
-    return FileName(batch, partition, attempt, seq, match.group(5))
 
 
 # -- references ----------------------------------------------------------------------------
@@ -216,7 +191,7 @@ def classify_stored(
     decided_batches = {batch for batch, _, _ in attempts}
     found = StoredClasses()
     for item in stored:
-        if item.name.startswith(SCHEMAS_DIR):
+        if is_schema_file(item.name):
             found.schemas += 1
         elif location(item.name) in listed:
             found.listed += 1
@@ -233,7 +208,7 @@ def _from_failed_attempt(
     parsed = parse_file_name(name)
     if parsed is None:
         return False
-    if parsed.batch_id not in decided or name.rpartition("/")[2].startswith("."):
+    if parsed.batch_id not in decided or is_temp(name):
         return True  # an undecided batch's, or a temporary no upload finished
     tokens = attempts.get((parsed.batch_id, parsed.partition, parsed.attempt))
     return tokens is None or parsed.token not in tokens
@@ -260,6 +235,8 @@ def take_references(
     index: OffsetIndex | None,
     counter: BatchCounter,
 ) -> None:
+    """One chunk of the references topic: the references, the messages that are none, and
+    the references outside every decided batch (aborted reads); counted per batch."""
     topic, partitions, offsets = chunk.topic, chunk.partitions, chunk.offsets
     batches = index.batches_of_chunk(chunk) if index is not None else None
     if batches is not None:

@@ -135,6 +135,7 @@ class IdDiff:
 
     @property
     def exact(self) -> bool:
+        """Nothing lost, duplicated or unexpected."""
         return not (len(self.lost) or len(self.duplicated) or len(self.unexpected))
 
 

@@ -29,15 +29,23 @@ Offsets = dict[str, dict[int, int]]
 
 
 class ProgressTask(Protocol):
-    def advance(self, amount: int) -> None: ...
+    """One long read's progress: advanced as it goes, finished at the end."""
 
-    def finish(self) -> None: ...
+    def advance(self, amount: int) -> None:
+        """`amount` more units (records, batches, files) are done."""
+        ...
+
+    def finish(self) -> None:
+        """The read is over."""
+        ...
 
 
 class Progress(Protocol):
     """Where long reads report how far they got (a progress bar, or nothing)."""
 
-    def task(self, description: str, total: int | None) -> ProgressTask: ...
+    def task(self, description: str, total: int | None) -> ProgressTask:
+        """A new task of `total` units (None: unknown)."""
+        ...
 
 
 class _Silent:
@@ -49,7 +57,10 @@ class _Silent:
 
 
 class NoProgress:
+    """Progress that shows nothing."""
+
     def task(self, description: str, total: int | None) -> ProgressTask:
+        """A task that reports nowhere."""
         return _Silent()
 
 
@@ -74,6 +85,7 @@ class PartitionRange:
 
     @property
     def size(self) -> int:
+        """How many offsets the range spans (0 if it is empty)."""
         return max(0, self.end - self.start)
 
 
@@ -124,6 +136,7 @@ class KafkaReader:
         )
 
     def close(self) -> None:
+        """Close the consumer."""
         self._consumer.close()
 
     def __enter__(self) -> KafkaReader:
@@ -289,6 +302,7 @@ class KafkaReader:
 
 
 def offsets_json(offsets: Mapping[str, Mapping[int, int]]) -> dict[str, dict[str, int]]:
+    """Offsets per topic and partition as JSON spells them: string keys, sorted."""
     return {
         t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(offsets.items())
     }

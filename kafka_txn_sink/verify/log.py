@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kafka_txn_sink.commit_log import CommitLog
+from kafka_txn_sink.files.naming import parse_file_name
 from kafka_txn_sink.protocol.messages import Completion, Decision, FileRef, OffsetRanges
 from kafka_txn_sink.verify.kafka import Chunk, Progress
 
@@ -31,6 +32,7 @@ class BatchView:
 
     @property
     def batch_id(self) -> int:
+        """The batch decided."""
         return self.decision.batch_id
 
     def ranges(self) -> list[tuple[str, int, int, int]]:
@@ -58,6 +60,7 @@ class BatchView:
         return kept + (self.republished[-1][1] if self.republished else 0)
 
     def lost_rows(self) -> int:
+        """Rows the completion marker records as lost (0 while incomplete)."""
         return sum(x.rows for x in self.completion.lost) if self.completion else 0
 
     def _lost_partitions(self) -> set[int]:
@@ -77,6 +80,7 @@ class LogView:
 
     @classmethod
     def load(cls, commit_log: CommitLog, sink_id: str, progress: Progress) -> LogView:
+        """Read every decided batch of `commit_log`, its completion and republish rounds."""
         view = cls(commit_log.uri, sink_id)
         decided = commit_log.decided_batches()
         task = progress.task("reading the commit log", len(decided))
@@ -94,10 +98,12 @@ class LogView:
 
     @property
     def decided(self) -> list[int]:
+        """The decided batch ids, ascending."""
         return sorted(self.batches)
 
     @property
     def incomplete(self) -> list[int]:
+        """Decided batches without a completion marker, ascending."""
         return [b for b, view in sorted(self.batches.items()) if view.completion is None]
 
     def files(self) -> dict[str, list[tuple[int, FileRef]]]:
@@ -111,9 +117,7 @@ class LogView:
 
     def attempts(self) -> dict[tuple[int, int, int], set[str]]:
         """(batch, Spark partition, attempt) of every decided participant -> the tokens in its
-        files' names (see avro_files.FileNaming)."""
-        from kafka_txn_sink.verify.files import parse_file_name  # no cycle at import time
-
+        files' names (see files.naming)."""
         found: dict[tuple[int, int, int], set[str]] = {}
         for batch_id, view in self.batches.items():
             for participant in view.decision.participants:
@@ -127,6 +131,7 @@ class LogView:
         return found
 
     def index(self) -> OffsetIndex:
+        """Which batch's ranges hold each offset of the sink's topics."""
         return OffsetIndex(
             (view.batch_id, *r) for view in self.batches.values() for r in view.ranges()
         )
@@ -167,6 +172,7 @@ class OffsetIndex:
 
     @property
     def topics(self) -> set[str]:
+        """The topics any decided range is in."""
         return {topic for topic, _ in self._index}
 
     def batches_of_chunk(self, chunk: Chunk) -> np.ndarray:
@@ -208,6 +214,7 @@ class BatchCounter:
     topics_read: set[str] = field(default_factory=set)
 
     def add(self, batches: np.ndarray) -> None:
+        """Count one record per entry of `batches` (-1 entries, outside every batch, are not)."""
         values, counts = np.unique(batches[batches >= 0], return_counts=True)
         for batch_id, count in zip(values.tolist(), counts.tolist(), strict=True):
             self.counts[batch_id] += count

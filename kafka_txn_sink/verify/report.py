@@ -30,11 +30,13 @@ class RecordList:
     def add(
         self, topic: str, partitions: np.ndarray, offsets: np.ndarray, values: list[bytes | None]
     ) -> None:
+        """Records of `topic` at these partitions and offsets, with their ids (or values)."""
         if len(values):
             self._chunks.append((topic, partitions, offsets, pa.array(values, pa.binary())))
             self.count += len(values)
 
     def rows(self, limit: int | None = None) -> Iterator[Payload]:
+        """The records as JSON rows, the first `limit` of them (all: None)."""
         shown = 0
         for topic, partitions, offsets, values in self._chunks:
             for partition, offset, value in zip(
@@ -59,6 +61,7 @@ class IdsReport:
     without_id: RecordList = field(default_factory=RecordList)
 
     def anomalies(self) -> dict[str, int]:
+        """How many ids are lost, duplicated and unexpected."""
         return {
             "lost": len(self.diff.lost),
             "duplicated": len(self.diff.duplicated),
@@ -68,6 +71,8 @@ class IdsReport:
 
 @dataclass
 class InputReport:
+    """What was read of the input: its range, records and ids."""
+
     topics: list[str]
     id_source: str
     records: int
@@ -78,6 +83,8 @@ class InputReport:
 
 @dataclass
 class RecordsReport:
+    """Records mode's outputs: their ids against the input's, and aborted reads."""
+
     topics: list[str]
     id_source: str
     records: int
@@ -87,6 +94,8 @@ class RecordsReport:
 
 @dataclass
 class FilesReport:
+    """Files mode's outputs: references, files, their ids against the input's, orphans."""
+
     references_topic: str | None
     file_id_field: str
     references: int
@@ -107,6 +116,8 @@ class FilesReport:
 
 @dataclass
 class LogReport:
+    """The commit log: decided and incomplete batches, counts that differ, recorded losses."""
+
     uri: str
     sink_id: str
     decided: int
@@ -118,6 +129,8 @@ class LogReport:
 
 @dataclass
 class VerifyReport:
+    """Everything one verification found; `exact` when there is no anomaly."""
+
     input: InputReport
     records: RecordsReport | None
     files: FilesReport | None
@@ -141,6 +154,7 @@ class VerifyReport:
 
     @property
     def exact(self) -> bool:
+        """No anomaly of any kind."""
         return not any(self.anomalies().values())
 
     def to_json(self) -> Payload:

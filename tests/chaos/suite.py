@@ -2,7 +2,7 @@
 
     .venv/bin/python -m tests.chaos.suite --trials 200 --seed 7 --state DIR [--slice A:B]
 
-It starts its own Kafka broker and S3 server (ci/testbed.py; or uses `KTS_KAFKA_BOOTSTRAP` /
+It starts its own Kafka broker and S3 server (the test bed; or uses `KTS_KAFKA_BOOTSTRAP` /
 `KTS_S3_ENDPOINT`), produces input ids, and runs ONE streaming query (examples/pipeline.py,
 availableNow, same checkpoint and sink every time) that writes every row as a Kafka record and
 into a partitioned Avro file on S3 with one reference message per file; the commit log is on S3
@@ -44,9 +44,10 @@ from kafka_txn_sink.commit_log import CommitLog, open_commit_log
 from kafka_txn_sink.files.references import parse_reference
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.storage import S3Settings
-from kafka_txn_sink.verify import IdReport, compare_ids, read_topic
+from kafka_txn_sink.testing import KafkaBroker, spark_jars
+from kafka_txn_sink.testing.topics import IdReport, compare_ids, read_topic
 from tests.chaos import procs, query
-from tests.chaos.bed import Bed, Sink, load_bucket, own_bed, save_bucket, testbed, write_json
+from tests.chaos.bed import Bed, Sink, load_bucket, own_bed, save_bucket, write_json
 from tests.chaos.query import FaultNotFired, QuerySpec, Running
 from tests.chaos.report import print_report
 from tests.chaos.schedule import (
@@ -186,7 +187,7 @@ def run_suite(
     directory.mkdir(parents=True, exist_ok=True)
     state = State.open(directory, seed, schedule)
     sink = Sink(state.body["name"], directory)
-    jars = ",".join(str(jar) for jar in testbed.spark_jars())
+    jars = ",".join(str(jar) for jar in spark_jars())
     context = Context(bed, sink, sink.query(bed, jars), state, console)
     ran = []
     try:
@@ -360,7 +361,7 @@ def strike_broker(context: Context, running: Running, fault: Fault, batch: int) 
     """Kill the broker and start it again (same data) while the query is held."""
     hit = running.wait_reached(fault.point, REACH_S)
     broker = context.bed.broker
-    assert isinstance(broker, testbed.KafkaBroker)
+    assert isinstance(broker, KafkaBroker)
     began = time.monotonic()
     broker.restart(timeout=180, graceful=False)
     down_s = round(time.monotonic() - began, 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from kafka_txn_sink.verify import Seen
+from kafka_txn_sink.testing.topics import Seen
 from tests.chaos.suite import outside_decisions
 
 TOPIC = "out"

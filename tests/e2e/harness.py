@@ -23,7 +23,7 @@ from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin, TxnState
 from kafka_txn_sink.protocol.txn_ids import owns
-from kafka_txn_sink.verify import IdReport, compare_ids, read_topic
+from kafka_txn_sink.testing.topics import IdReport, compare_ids, read_topic
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = ROOT / "examples" / "pipeline.py"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from kafka_txn_sink.verify import compare_ids, read_topic
+from kafka_txn_sink.testing.topics import compare_ids, read_topic
 from tests.e2e.harness import (
     ROOT,
     Outcome,

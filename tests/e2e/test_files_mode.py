@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from kafka_txn_sink.files.references import parse_reference
 from kafka_txn_sink.protocol.messages import FileRef
-from kafka_txn_sink.verify import compare_ids, read_topic
+from kafka_txn_sink.testing.topics import compare_ids, read_topic
 from tests.e2e.harness import (
     Pipeline,
     create_topics,

@@ -16,7 +16,7 @@ import fastavro
 import pytest
 
 from kafka_txn_sink.files.references import parse_reference
-from kafka_txn_sink.verify import compare_ids, read_topic
+from kafka_txn_sink.testing.topics import compare_ids, read_topic
 from tests.conftest import S3
 from tests.e2e.harness import Pipeline, finish, open_transactions, produce_events
 from tests.e2e.test_files_mode import files_pipeline, logged_files

@@ -26,7 +26,7 @@ from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 
 from kafka_txn_sink import failpoints
-from kafka_txn_sink.verify import read_topic
+from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import (
     committed_report,
     create_small_topic,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kafka.partitioner.default import murmur2
 
-from kafka_txn_sink.verify import read_topic
+from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import (
     Pipeline,
     assert_exactly_once,

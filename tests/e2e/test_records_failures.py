@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.protocol.messages import Triple
-from kafka_txn_sink.verify import read_topic
+from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import (
     Outcome,
     Pipeline,

@@ -20,7 +20,7 @@ import pytest
 from kafka_txn_sink.files.references import parse_reference
 from kafka_txn_sink.kafka.txn_admin import ONGOING
 from kafka_txn_sink.protocol.messages import Decision
-from kafka_txn_sink.verify import compare_ids, read_topic
+from kafka_txn_sink.testing.topics import compare_ids, read_topic
 from tests.e2e.harness import (
     Pipeline,
     create_topics,

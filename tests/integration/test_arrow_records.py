@@ -13,7 +13,7 @@ from kafka_txn_sink.kafka.producer import POLL_EVERY, TaskTransaction, producer_
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.records.arrow import record_columns, send_batch
 from kafka_txn_sink.records.columns import plan_columns
-from kafka_txn_sink.verify import read_topic
+from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import create_topics
 
 pytestmark = pytest.mark.kafka

@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import testbed
 
 from kafka_txn_sink.commit_log.delta_log import DeltaCommitLog
-from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, SinkMeta
+from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, SinkMeta, Triple
+from kafka_txn_sink.testing import MARKER, MAVEN_SETTINGS, cache_dir
 
 pytestmark = pytest.mark.spark
 
-# Delta 4.0.x is built for Spark 4.0, the pinned pyspark (ci/versions.env).
+# Delta 4.0.x is built for Spark 4.0, the pinned pyspark (kafka_txn_sink/testing/versions.env).
 DELTA_ARTIFACTS = ("io.delta:delta-spark_2.13:4.0.0", "io.delta:delta-storage:4.0.0")
 
 SPARK_SQL = r"""
@@ -40,21 +40,23 @@ print(json.dumps([row.asDict() for row in rows]))
 
 @pytest.fixture(scope="session")
 def delta_jars() -> list[str]:
-    out = testbed.cache_dir() / "delta-spark-4.0.0"
-    if not (out / testbed.MARKER).exists():
+    out = cache_dir() / "delta-spark-4.0.0"
+    if not (out / MARKER).exists():
         mvn = shutil.which("mvn")
         assert mvn is not None, "Maven (mvn) resolves the delta-spark jars"
-        settings = str(testbed.MAVEN_SETTINGS)
+        settings = str(MAVEN_SETTINGS)
         for artifact in DELTA_ARTIFACTS:
             copy = [f"-Dartifact={artifact}", f"-DoutputDirectory={out}"]
             command = [mvn, "-q", "-B", "-s", settings, "dependency:copy", *copy]
             subprocess.run(command, check=True, timeout=900)
-        (out / testbed.MARKER).touch()
+        (out / MARKER).touch()
     return sorted(str(jar) for jar in out.glob("*.jar"))
 
 
 def decision(batch_id: int) -> Decision:
-    participant = Participant(0, 0, "orders-0", 7, batch_id, 10, {"out": {0: (batch_id, batch_id)}})
+    participant = Participant(
+        0, 0, Triple("orders-0", 7, batch_id), 10, {"out": {0: (batch_id, batch_id)}}
+    )
     return Decision("orders", "query-1", batch_id, (participant,), 1, 10, 1_000 + batch_id)
 
 

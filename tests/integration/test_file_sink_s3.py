@@ -15,9 +15,12 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from kafka_txn_sink.errors import ConfigError, StagingError
-from kafka_txn_sink.files.writer import FileNaming, FileSet, plan_files, store_schema
-from kafka_txn_sink.storage import S3Settings
-from kafka_txn_sink.storage.files import LocalFileSink, MiB, S3FileSink, open_file_sink
+from kafka_txn_sink.files.naming import FileNaming
+from kafka_txn_sink.files.plan import plan_files
+from kafka_txn_sink.files.writer import FileSet, store_schema
+from kafka_txn_sink.storage import S3Settings, open_file_sink
+from kafka_txn_sink.storage.files import LocalFileSink, MiB
+from kafka_txn_sink.storage.s3 import S3FileSink
 from tests.conftest import S3_TEST_SECRET
 
 pytestmark = pytest.mark.s3

@@ -29,7 +29,7 @@ from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant, SinkMeta
 from kafka_txn_sink.protocol.txn_ids import republish_id, transactional_id
 from kafka_txn_sink.storage import LocalStorage
-from kafka_txn_sink.verify import read_topic
+from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import create_topics, open_transactions
 
 pytestmark = pytest.mark.kafka
@@ -137,9 +137,7 @@ def aborted_participant(bed: Bed, partition: int, files: int, records: int = 0) 
     return Participant(
         partition,
         0,
-        triple.transactional_id,
-        triple.producer_id,
-        triple.producer_epoch,
+        triple,
         prepared.rows,
         prepared.offsets,
         refs,

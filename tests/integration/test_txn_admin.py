@@ -21,7 +21,7 @@ from kafka_txn_sink.kafka.cluster import Cluster
 from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
 from kafka_txn_sink.kafka.txn_admin import NOT_FOUND, ONGOING, TxnAdmin
 from kafka_txn_sink.protocol.messages import Triple
-from kafka_txn_sink.verify import read_topic
+from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import create_topics
 
 pytestmark = pytest.mark.kafka

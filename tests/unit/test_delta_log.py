@@ -1,4 +1,6 @@
-"""DeltaCommitLog on a local directory: the JSON log's behaviour, as rows of a Delta table."""
+"""What only the Delta log does, on a local directory: its table, rows, compaction, what it makes
+of tables it did not write, processes racing; and choosing a format (the contract:
+test_commit_log_contract)."""
 
 from __future__ import annotations
 
@@ -11,43 +13,18 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-# The race helpers live with the JSON log tests; spawned children import them by name.
-from test_json_log import check_different_race, check_identical_race, make_decision
-
 from kafka_txn_sink import cli
-from kafka_txn_sink.commit_log import (
-    CommitLog,
-    JsonCommitLog,
-    LogFormat,
-    detect_format,
-    open_commit_log,
-)
+from kafka_txn_sink.commit_log import JsonCommitLog, detect_format, open_commit_log
 from kafka_txn_sink.commit_log import delta_log as delta_module
 from kafka_txn_sink.commit_log.delta_log import APP_IDS, SCHEMA, TABLE_PROPERTIES, DeltaCommitLog
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError, ConfigError
 from kafka_txn_sink.options import parse_options
-from kafka_txn_sink.protocol.messages import Completion, LostParticipant, Republish, SinkMeta
+from kafka_txn_sink.protocol.messages import Completion, LostParticipant, SinkMeta, Triple
 from kafka_txn_sink.storage import LocalStorage, S3Settings
+from tests.commit_log_races import check_different_race, check_identical_race, make_decision
 
 OPTIONS = {"kafka.bootstrap.servers": "127.0.0.1:9092", "sinkId": "orders", "commitLog": "/tmp/l"}
-LOST = LostParticipant("orders-1", 4001, 3, 1, 10, {"events_out": {1: (30, 39)}}, "aborted")
-
-
-def make_log(path: Path, fmt: LogFormat, recent: int = 20) -> CommitLog:
-    if fmt == "json":
-        return JsonCommitLog(LocalStorage(path), recent=recent)
-    return DeltaCommitLog(str(path), recent=recent)
-
-
-@pytest.fixture(params=["json", "delta"])
-def fmt(request: pytest.FixtureRequest) -> LogFormat:
-    fmt: LogFormat = request.param
-    return fmt
-
-
-@pytest.fixture
-def log(tmp_path: Path, fmt: LogFormat) -> CommitLog:
-    return make_log(tmp_path / "log", fmt)
+LOST = LostParticipant(Triple("orders-1", 4001, 3), 1, 10, {"events_out": {1: (30, 39)}}, "aborted")
 
 
 @pytest.fixture
@@ -62,158 +39,7 @@ def rows(path: Path) -> list[dict[str, Any]]:
     return sorted(found, key=lambda row: (order[row["kind"]], row["batch_id"] or 0))
 
 
-# -- the protocol, for both formats -------------------------------------------------------------
-
-
-def test_satisfies_the_protocol(log: CommitLog, tmp_path: Path) -> None:
-    assert log.uri == (tmp_path / "log").as_uri()
-
-
-def test_create_claims_the_log_once(log: CommitLog) -> None:
-    assert log.sink_meta() is None
-    first = log.create(SinkMeta("orders", created_at_ms=1))
-    again = log.create(SinkMeta("orders", created_at_ms=2))
-    assert first == again == log.sink_meta() == SinkMeta("orders", created_at_ms=1)
-
-
-def test_create_refuses_a_log_of_another_sink(log: CommitLog) -> None:
-    log.create(SinkMeta("orders", created_at_ms=1))
-    with pytest.raises(CommitLogError) as info:
-        log.create(SinkMeta("payments", created_at_ms=2))
-    assert str(info.value) == f"commit log {log.uri} belongs to sink orders, not payments"
-
-
-def test_decision_round_trip(log: CommitLog) -> None:
-    decision = make_decision(3)
-    assert not log.has_decision(3)
-    log.put_decision(decision)
-    assert log.has_decision(3)
-    assert log.decision(3) == decision
-    assert log.decision(4) is None
-    assert not log.has_decision(4)
-
-
-def test_repeated_identical_decision_succeeds_and_keeps_the_first(log: CommitLog) -> None:
-    log.put_decision(make_decision(3, decided_at_ms=1_000))
-    log.put_decision(make_decision(3, decided_at_ms=2_000))
-    assert log.decision(3) == make_decision(3, decided_at_ms=1_000)
-
-
-def test_different_decision_is_a_conflict_and_overwrites_nothing(log: CommitLog) -> None:
-    log.put_decision(make_decision(3, query_id="query-1"))
-    with pytest.raises(CommitLogConflictError) as info:
-        log.put_decision(make_decision(3, query_id="query-2", partitions=(0, 1, 2)))
-    message = str(info.value)
-    assert "batch 3" in message and "query-1" in message and "query-2" in message
-    assert "2 participant(s)" in message and "3 participant(s)" in message
-    assert "nothing was overwritten" in message
-    assert log.decision(3) == make_decision(3, query_id="query-1")
-
-
-def test_negative_batch_ids_are_refused(log: CommitLog) -> None:
-    with pytest.raises(CommitLogError, match="batch ids are not negative"):
-        log.put_decision(make_decision(-1))
-    log.put_decision(make_decision(0))
-    with pytest.raises(CommitLogError, match="batch ids are not negative"):
-        log.decision(-1)
-
-
-def test_completion_is_written_once(log: CommitLog) -> None:
-    first = Completion("orders", batch_id=3, completed_at_ms=10)
-    second = Completion("orders", batch_id=3, completed_at_ms=20, lost=(LOST,))
-    assert log.completion(3) is None
-    assert log.put_completion(first) == first
-    assert log.put_completion(second) == first
-    assert log.completion(3) == first
-
-
-def test_completion_with_a_loss_round_trips(log: CommitLog) -> None:
-    lost = Completion("orders", batch_id=3, completed_at_ms=20, lost=(LOST,))
-    assert log.put_completion(lost) == lost
-    assert log.completion(3) == lost
-
-
-def republish(round_: int, epoch: int, at_ms: int = 10) -> Republish:
-    return Republish(
-        "orders",
-        3,
-        round_,
-        (0, 2),
-        "orders-republish",
-        4002,
-        epoch,
-        4,
-        {"refs": {0: (5, 8)}},
-        at_ms,
-    )
-
-
-def test_republish_rounds_are_written_once_each(log: CommitLog) -> None:
-    first, rival = republish(0, epoch=1), republish(0, epoch=2, at_ms=20)
-    assert log.republish(3, 0) is None
-    assert log.put_republish(first) == first
-    assert log.put_republish(rival) == first
-    assert log.republish(3, 0) == first
-    later = republish(1, epoch=3)
-    assert log.put_republish(later) == later
-    assert (log.republish(3, 1), log.republish(3, 2), log.republish(4, 0)) == (later, None, None)
-    assert log.incomplete_batches() == []  # a republish record decides nothing
-
-
-def test_completion_with_republished_partitions_round_trips(log: CommitLog) -> None:
-    done = Completion("orders", batch_id=3, completed_at_ms=20, lost=(LOST,), republished=(0, 2))
-    assert log.put_completion(done) == done
-    assert log.completion(3) == done
-
-
-def test_decided_and_latest(log: CommitLog) -> None:
-    assert log.decided_batches() == []
-    assert log.latest_decision() is None
-    for batch_id in [0, 1, 2, 10, 11]:
-        log.put_decision(make_decision(batch_id))
-    assert log.decided_batches() == [0, 1, 2, 10, 11]
-    assert log.decided_batches(after=2) == [10, 11]
-    assert log.decided_batches(after=-1) == [0, 1, 2, 10, 11]
-    assert log.decided_batches(after=11) == []
-    assert log.latest_decision() == make_decision(11)
-
-
-def test_a_decision_below_the_latest_is_still_put_if_absent(log: CommitLog) -> None:
-    log.put_decision(make_decision(5))
-    log.put_decision(make_decision(3))
-    log.put_decision(make_decision(3, decided_at_ms=99))
-    with pytest.raises(CommitLogConflictError):
-        log.put_decision(make_decision(3, query_id="query-2"))
-    assert log.decided_batches() == [3, 5]
-    assert log.latest_decision() == make_decision(5)
-
-
-def test_incomplete_batches(log: CommitLog) -> None:
-    assert log.incomplete_batches() == []
-    for batch_id in range(5):
-        log.put_decision(make_decision(batch_id))
-    for batch_id in range(3):
-        log.put_completion(Completion("orders", batch_id, completed_at_ms=batch_id))
-        log.write_hint(batch_id)
-    assert log.incomplete_batches() == [3, 4]
-    log.put_completion(Completion("orders", 3, completed_at_ms=3, lost=(LOST,)))
-    assert log.incomplete_batches() == [4]
-
-
-def test_max_partition_count(tmp_path: Path, fmt: LogFormat) -> None:
-    log = make_log(tmp_path / "log", fmt, recent=3)
-    assert log.max_partition_count() == 0
-    log.put_decision(make_decision(0, partitions=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9)))
-    log.put_decision(make_decision(1, partitions=(0, 5), tasks=3))
-    log.put_decision(make_decision(2, partitions=(1,), tasks=4))
-    log.put_decision(make_decision(3, partitions=(2,), tasks=3))
-    # Batch 0 is older than the 3 most recent: largest of 5 + 1, 4 and 3 tasks.
-    assert log.max_partition_count() == 6
-
-
-def test_write_hint_never_raises(log: CommitLog) -> None:
-    log.write_hint(7)
-    assert log.incomplete_batches() == []
+# -- choosing the format ------------------------------------------------------------------------
 
 
 def test_open_commit_log_picks_the_format(tmp_path: Path) -> None:
@@ -308,9 +134,9 @@ def test_table_rows_match_the_batches_written(delta: DeltaCommitLog, tmp_path: P
             {
                 "partition": p.partition,
                 "attempt": p.attempt,
-                "transactional_id": p.transactional_id,
-                "producer_id": p.producer_id,
-                "producer_epoch": p.producer_epoch,
+                "transactional_id": p.triple.transactional_id,
+                "producer_id": p.triple.producer_id,
+                "producer_epoch": p.triple.producer_epoch,
                 "rows": p.rows,
             }
             for p in decision.participants

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_txn_sink.protocol.start import check_producer_settings
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.kafka.producer import producer_config
 from kafka_txn_sink.options import parse_options
+from kafka_txn_sink.protocol.start import check_producer_settings
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "sinkId": "s", "commitLog": "/tmp/log"}
 

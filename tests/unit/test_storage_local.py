@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from kafka_txn_sink.errors import CommitLogError
-from kafka_txn_sink.storage import LocalStorage, S3Settings, S3Storage, open_storage
+from kafka_txn_sink.storage import LocalStorage, S3Settings, open_storage
+from kafka_txn_sink.storage.s3 import S3Storage
 
 RECORD = b'{"kind":"decision","batch_id":7}'
 

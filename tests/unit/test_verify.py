@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from kafka_txn_sink import cli
 from kafka_txn_sink.cli import verify as cli_verify
 from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
+from kafka_txn_sink.files.naming import parse_file_name
 from kafka_txn_sink.protocol.messages import (
     Completion,
     Decision,
@@ -24,11 +25,13 @@ from kafka_txn_sink.protocol.messages import (
     LostParticipant,
     OffsetRanges,
     Participant,
+    Triple,
 )
 from kafka_txn_sink.storage.files import StoredFile
-from kafka_txn_sink.verify import VerifySpec, compare_ids
+from kafka_txn_sink.testing.topics import compare_ids
+from kafka_txn_sink.verify import VerifySpec
 from kafka_txn_sink.verify.checkpoint import read_checkpoint
-from kafka_txn_sink.verify.files import classify_stored, parse_file_name
+from kafka_txn_sink.verify.files import classify_stored
 from kafka_txn_sink.verify.ids import IdSource, IdStore, compare
 from kafka_txn_sink.verify.kafka import Chunk, KafkaReader, PartitionRange
 from kafka_txn_sink.verify.log import BatchCounter, BatchView, LogView, OffsetIndex
@@ -122,7 +125,7 @@ def test_many_ids_spread_over_buckets() -> None:
 
 
 def participant(partition: int, offsets: OffsetRanges, rows: int, attempt: int = 0) -> Participant:
-    return Participant(partition, attempt, f"s-{partition}", 7, 0, rows, offsets)
+    return Participant(partition, attempt, Triple(f"s-{partition}", 7, 0), rows, offsets)
 
 
 def decision(batch_id: int, *participants: Participant) -> Decision:
@@ -142,7 +145,7 @@ def test_offset_index_merges_a_batchs_interleaved_ranges() -> None:
 
 
 def test_expected_records_leave_out_recorded_losses() -> None:
-    lost = LostParticipant("s-1", 7, 0, 1, 5, {"out": {1: (0, 4)}}, "aborted")
+    lost = LostParticipant(Triple("s-1", 7, 0), 1, 5, {"out": {1: (0, 4)}}, "aborted")
     view = BatchView(
         decision(0, participant(0, {"out": {0: (0, 9)}}, 10), participant(1, {}, 5)),
         Completion("s", 0, 2, lost=(lost,)),
@@ -258,7 +261,9 @@ def test_stored_files_are_listed_left_over_or_orphans() -> None:
 def test_log_view_files_and_attempts() -> None:
     ref = FileRef("/root/u=a/part-0000000004-00002-001-00000-abcdef01.avro", "u=a", {}, 3, 9, "f")
     log = LogView("log", "s")
-    log.batches = {4: BatchView(decision(4, Participant(2, 1, "s-2", 7, 0, 1, {}, (ref,))), None)}
+    log.batches = {
+        4: BatchView(decision(4, Participant(2, 1, Triple("s-2", 7, 0), 1, {}, (ref,))), None)
+    }
 
     assert log.files() == {ref.location: [(4, ref)]}
     assert log.attempts() == {(4, 2, 1): {"abcdef01"}}

@@ -1,4 +1,5 @@
-"""FileSet on a local directory: routing, rolling, the open-file bound, both schema modes."""
+"""FileSet on a local directory: routing, rolling, the open-file bound, both schema modes;
+the plan's checks of the options against the input schema."""
 
 from __future__ import annotations
 
@@ -34,21 +35,11 @@ from pyspark.sql.types import (
 )
 
 from kafka_txn_sink.errors import ConfigError, InputError, StagingError
-from kafka_txn_sink.files.avro_schema import (
-    Irreconcilable,
-    SchemaAggregator,
-    fingerprint,
-    schema_digest,
-)
-from kafka_txn_sink.files.writer import (
-    CODECS,
-    FileNaming,
-    FilePlan,
-    FileSet,
-    WrittenFile,
-    plan_files,
-    store_schema,
-)
+from kafka_txn_sink.files.avro_names import fingerprint, schema_digest
+from kafka_txn_sink.files.json_schema import Irreconcilable, SchemaAggregator
+from kafka_txn_sink.files.naming import FileNaming
+from kafka_txn_sink.files.plan import CODECS, FilePlan, plan_files
+from kafka_txn_sink.files.writer import FileSet, WrittenFile, store_schema
 from kafka_txn_sink.storage.files import LocalFileSink
 
 START = datetime(2026, 11, 21, 5, 0, tzinfo=timezone.utc)
@@ -300,15 +291,6 @@ def test_rewrite_is_byte_identical(tmp_path: Path) -> None:
         assert Path(a.ref.location).read_bytes() == Path(b.ref.location).read_bytes()
     other = write(plan, rows, tmp_path / "c", naming=FileNaming(10, 2, 0))
     assert Path(other[0].ref.location).read_bytes() != Path(first[0].ref.location).read_bytes()
-
-
-def test_naming() -> None:
-    naming = FileNaming(12, 3, 1, token="0123abcd")
-    assert naming.name(4) == "part-0000000012-00003-001-00004-0123abcd.avro"
-    assert len(naming.sync_marker(4)) == 16
-    assert naming.sync_marker(4) == FileNaming(12, 3, 2).sync_marker(4)
-    assert naming.sync_marker(4) != naming.sync_marker(5)
-    assert FileNaming(1, 1, 0).token != FileNaming(1, 1, 0).token
 
 
 def test_null_in_a_required_column_names_column_and_row(tmp_path: Path) -> None:

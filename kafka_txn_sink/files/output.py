@@ -1,0 +1,144 @@
+"""Files mode as one output of a task (`protocol.output.TaskOutput`): rows in, Avro files out.
+
+The task hands every row (or Arrow batch) to `FilesOutput`, which writes them into the files of
+its attempt (`writer.FileSet`). At `close` the files are finished and uploaded, and one
+reference message per file (`references.reference`) is produced into the task's open
+transaction; the refs returned go into the task's commit message, so the decision lists every
+file. `abort` drops what is not uploaded; uploaded files of a failed attempt stay until vacuum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kafka_txn_sink.files.naming import FileNaming
+from kafka_txn_sink.files.plan import FilePlan
+from kafka_txn_sink.files.references import reference
+from kafka_txn_sink.files.writer import FileSet
+from kafka_txn_sink.options import FilesOptions, SinkOptions
+from kafka_txn_sink.protocol.messages import FileRef
+from kafka_txn_sink.storage import open_file_sink
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+RowsOfBatch = Callable[["pa.RecordBatch"], Iterator[tuple[Any, ...]]]
+"""Turns one Arrow record batch into its rows."""
+
+
+class Transaction(Protocol):
+    """The task's open transaction, as files mode uses it (`kafka.producer.TaskTransaction`)."""
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None) -> None:
+        """Produce one record into the transaction."""
+        ...
+
+
+class FilesOutput:
+    """One task attempt's files: written from its rows, referenced in its transaction."""
+
+    def __init__(
+        self,
+        options: SinkOptions,
+        plan: FilePlan,
+        schema: StructType | None,
+        txn: Transaction,
+        batch_id: int,
+        partition: int,
+        attempt: int,
+    ) -> None:
+        """Start the attempt's files (nothing is uploaded before the first file is finished).
+
+        `schema` is the schema of the Arrow batches `add_batch` takes (the input schema); None
+        when the task gets rows.
+
+        Raises:
+            ValueError: files mode is off in `options` (no option `path`).
+            ConfigError: option `path` is not a path or an `s3://` location.
+        """
+        if options.files is None:
+            raise ValueError("files mode is off: option path is not set")
+        self._files_options: FilesOptions = options.files
+        self._sink_id = options.sink_id
+        self._schema = schema
+        self._txn = txn
+        self._batch_id = batch_id
+        self._sink = open_file_sink(options.files.path, options.s3)
+        self._files = FileSet(plan, self._sink, FileNaming(batch_id, partition, attempt))
+        self._rows_of_batch: RowsOfBatch | None = None
+
+    def add_row(self, row: Any) -> None:
+        """Write one row (a pyspark Row or tuple in the order of the plan's schema).
+
+        Raises:
+            InputError: the row cannot be written; the message names the column and row.
+            StagingError: a finished file could not be uploaded.
+        """
+        self._files.add(row)
+
+    def add_batch(self, batch: pa.RecordBatch) -> None:
+        """Write every row of one Arrow record batch, as the row writer would have seen it.
+
+        Raises:
+            InputError: a row cannot be written; the message names the column and row.
+            StagingError: a finished file could not be uploaded.
+            ValueError: the output was opened without the batches' schema.
+        """
+        if self._rows_of_batch is None:
+            if self._schema is None:
+                raise ValueError("FilesOutput got an Arrow batch but no schema for it")
+            self._rows_of_batch = arrow_rows(self._schema)
+        for row in self._rows_of_batch(batch):
+            self._files.add(row)
+
+    def close(self) -> tuple[FileRef, ...]:
+        """Finish and upload every file, produce one reference per file into the transaction;
+        the files, in write order.
+
+        Raises:
+            StagingError: a file could not be finished, uploaded, or its schema stored.
+            KafkaTxnSinkError: a reference could not be produced.
+        """
+        written = self._files.close()
+        files = self._files_options
+        for item in written:
+            ref = reference(
+                item,
+                sink=self._sink,
+                sink_id=self._sink_id,
+                batch_id=self._batch_id,
+                codec=files.codec,
+                inline_max_bytes=files.schema_inline_max_bytes,
+            )
+            self._txn.send(files.references_topic, value=ref.value, key=ref.key)
+        return tuple(w.ref for w in written)
+
+    def abort(self) -> None:
+        """Drop open files and the local spool; uploaded files stay (vacuum removes them)."""
+        self._files.abort()
+
+
+def arrow_rows(schema: StructType) -> RowsOfBatch:
+    """Rows of a batch as tuples of the Python values a row writer gets for `schema`
+    (PySpark's own converters: timestamps, decimals, maps, structs as for `Row`s)."""
+    from pyspark.sql.conversion import ArrowTableToRowsConversion
+
+    create: Any = ArrowTableToRowsConversion._create_converter
+    converters: list[Callable[[Any], Any] | None] = []
+    for field in schema.fields:
+        try:
+            converter = create(field.dataType, none_on_identity=True)
+        except TypeError:  # a PySpark without the keyword
+            converter = create(field.dataType)
+        converters.append(converter)
+
+    def rows(batch: pa.RecordBatch) -> Iterator[tuple[Any, ...]]:
+        columns: list[Sequence[Any]] = []
+        for array, convert in zip(batch.columns, converters, strict=True):
+            values = array.to_pylist()
+            columns.append(values if convert is None else [convert(v) for v in values])
+        return zip(*columns, strict=True)
+
+    return rows
