@@ -52,7 +52,6 @@ class KafkaTxnDataSource(DataSource):
             options=start.options,
             columns=columns,
             files_plan=files_plan,
-            schema=schema,
             log_query_id=start.log_query_id,
             last_decided=start.last_decided,
         )

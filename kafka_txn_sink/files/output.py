@@ -43,16 +43,12 @@ class FilesOutput:
         self,
         options: SinkOptions,
         plan: FilePlan,
-        schema: StructType | None,
         txn: Transaction,
         batch_id: int,
         partition: int,
         attempt: int,
     ) -> None:
         """Start the attempt's files (nothing is uploaded before the first file is finished).
-
-        `schema` is the schema of the Arrow batches `add_batch` takes (the input schema); None
-        when the task gets rows.
 
         Raises:
             ValueError: files mode is off in `options` (no option `path`).
@@ -62,7 +58,7 @@ class FilesOutput:
             raise ValueError("files mode is off: option path is not set")
         self._files_options: FilesOptions = options.files
         self._sink_id = options.sink_id
-        self._schema = schema
+        self._schema = plan.schema  # the input schema, which is that of the Arrow batches too
         self._txn = txn
         self._batch_id = batch_id
         self._sink = open_file_sink(options.files.path, options.s3)
@@ -84,11 +80,8 @@ class FilesOutput:
         Raises:
             InputError: a row cannot be written; the message names the column and row.
             StagingError: a finished file could not be uploaded.
-            ValueError: the output was opened without the batches' schema.
         """
         if self._rows_of_batch is None:
-            if self._schema is None:
-                raise ValueError("FilesOutput got an Arrow batch but no schema for it")
             self._rows_of_batch = arrow_rows(self._schema)
         for row in self._rows_of_batch(batch):
             self._files.add(row)

@@ -21,7 +21,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql.types import StructType
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import open_commit_log
@@ -46,7 +45,6 @@ class TaskPlan:
     options: SinkOptions
     columns: Columns | None  # records mode, or None
     files_plan: Any  # files mode's `files.plan.FilePlan`, or None (typed loosely: lazy import)
-    schema: StructType | None
     log_query_id: str | None
     last_decided: int | None
 
@@ -140,7 +138,6 @@ def open_outputs(plan: TaskPlan, txn: TaskTransaction, task: TaskIdentity) -> li
             FilesOutput(
                 plan.options,
                 plan.files_plan,
-                plan.schema,
                 txn,
                 task.batch_id,
                 task.partition,

@@ -67,7 +67,7 @@ def open_output(root: Path, txn: FakeTxn, **extra: str) -> FilesOutput:
     options = files_options(root, **extra)
     assert options.files is not None
     plan = plan_for_options(options.files, SCHEMA)
-    return FilesOutput(options, plan, SCHEMA, txn, batch_id=7, partition=3, attempt=1)
+    return FilesOutput(options, plan, txn, batch_id=7, partition=3, attempt=1)
 
 
 def rows(n: int) -> list[tuple[Any, ...]]:
