@@ -137,7 +137,7 @@ def _public_defs(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
 def test_every_public_module_class_and_function_has_a_docstring() -> None:
     missing = []
     for name, tree in modules().items():
-        if ast.get_docstring(tree) is None:
+        if (ast.get_docstring(tree) or "TODO").strip() == "TODO":
             missing.append(name)
         for qualified, node in _public_defs(tree):
             assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
