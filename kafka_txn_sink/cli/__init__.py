@@ -26,6 +26,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from kafka_txn_sink.cli import log, transactions, vacuum, verify
 from kafka_txn_sink.cli.common import CANNOT_RUN, PROG, CliError, scrub
@@ -68,15 +69,27 @@ def _fail(code: int, message: str, args: argparse.Namespace) -> int:
     return code
 
 
-_WARNINGS = logging.StreamHandler()
+class _StderrHandler(logging.StreamHandler):
+    """Writes each record to the `sys.stderr` of that moment: one process may run the CLI
+    several times (tests swap stderr for each run), and an earlier stderr may be closed."""
+
+    @property
+    def stream(self) -> Any:
+        """The current standard error."""
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        """Ignored: the stream is always the current standard error."""
+
+
+_WARNINGS = _StderrHandler()
 _WARNINGS.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s"))
 
 
 def _quiet_client_logs() -> None:
     # kafka-python logs every refused connection; the CLI reports the one error that matters.
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    # The stderr of this run: one process may run several (tests swap stderr for each).
-    _WARNINGS.stream = sys.stderr  # not setStream: that flushes the old one, maybe closed
     ours = logging.getLogger("kafka_txn_sink")
     if not ours.handlers:
         ours.addHandler(_WARNINGS)
