@@ -10,7 +10,7 @@ file. `abort` drops what is not uploaded; uploaded files of a failed attempt sta
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from kafka_txn_sink.files.naming import FileNaming
 from kafka_txn_sink.files.plan import FilePlan
@@ -18,6 +18,7 @@ from kafka_txn_sink.files.references import reference
 from kafka_txn_sink.files.writer import FileSet
 from kafka_txn_sink.options import FilesOptions, SinkOptions
 from kafka_txn_sink.protocol.messages import FileRef
+from kafka_txn_sink.protocol.output import Transaction
 from kafka_txn_sink.storage import open_file_sink
 
 if TYPE_CHECKING:
@@ -26,14 +27,6 @@ if TYPE_CHECKING:
 
 RowsOfBatch = Callable[["pa.RecordBatch"], Iterator[tuple[Any, ...]]]
 """Turns one Arrow record batch into its rows."""
-
-
-class Transaction(Protocol):
-    """The task's open transaction, as files mode uses it (`kafka.producer.TaskTransaction`)."""
-
-    def send(self, topic: str, value: bytes | None, key: bytes | None = None) -> None:
-        """Produce one record into the transaction."""
-        ...
 
 
 class FilesOutput:

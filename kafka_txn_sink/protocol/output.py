@@ -9,12 +9,36 @@ sink never loads fastavro, and files mode is loaded only when option `path` is s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from kafka_txn_sink.protocol.messages import FileRef
+
+Headers = list[tuple[str, bytes | None]]
+
+
+class Transaction(Protocol):
+    """The task's open transaction, as outputs use it (`kafka.producer.TaskTransaction`)."""
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Headers | None = None,
+    ) -> None:
+        """Produce one record into the transaction."""
+        ...
+
+    def send_many(
+        self, topic: str, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None
+    ) -> None:
+        """Produce `values[i]` with `keys[i]` to `topic`, for every i."""
+        ...
 
 
 class TaskOutput(Protocol):

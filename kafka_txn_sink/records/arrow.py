@@ -10,11 +10,11 @@ per key and per value, which confluent-kafka's `produce()` takes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
 from kafka_txn_sink.errors import InputError
+from kafka_txn_sink.protocol.output import Transaction
 from kafka_txn_sink.records.columns import Columns
 
 Headers = list[tuple[str, bytes | None]]
@@ -69,8 +69,8 @@ def bytes_list(array: pa.Array, column: str) -> list[bytes | None]:
     return values
 
 
-def send_batch(txn: Any, records: RecordColumns, default_topic: str | None) -> None:
-    """Produce every record of one batch in `txn` (a `producer.TaskTransaction`).
+def send_batch(txn: Transaction, records: RecordColumns, default_topic: str | None) -> None:
+    """Produce every record of one batch in the task's transaction `txn`.
 
     Raises:
         InputError: a record has no topic (null `topic` column and no `topic` option).

@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 
 from kafka_txn_sink.errors import InputError
-from kafka_txn_sink.kafka.producer import TaskTransaction
 from kafka_txn_sink.protocol.messages import FileRef
+from kafka_txn_sink.protocol.output import Transaction
 from kafka_txn_sink.records.arrow import record_columns, send_batch
 from kafka_txn_sink.records.columns import Columns, as_bytes, as_headers
 
@@ -21,7 +21,7 @@ from kafka_txn_sink.records.columns import Columns, as_bytes, as_headers
 class RecordsOutput:
     """One task's records, produced into its transaction (a `protocol.output.TaskOutput`)."""
 
-    def __init__(self, txn: TaskTransaction, columns: Columns, default_topic: str | None):
+    def __init__(self, txn: Transaction, columns: Columns, default_topic: str | None):
         self._txn = txn
         self._columns = columns
         self._default_topic = default_topic

@@ -3,6 +3,7 @@ writer, so the batches are built with pyarrow directly, as Spark 4.1 would hand 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,9 @@ class FakeTxn:
     ) -> None:
         self.sent.append((topic, value, key, partition, headers))
 
-    def send_many(self, topic: str, values: list[Any], keys: list[Any] | None) -> None:
+    def send_many(
+        self, topic: str, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None
+    ) -> None:
         self.bulk_calls += 1
         for index, value in enumerate(values):
             self.send(topic, value, keys[index] if keys is not None else None)
@@ -138,7 +141,7 @@ def test_the_arrow_writer_sends_each_batch_and_skips_empty_ones() -> None:
         pa.record_batch([pa.array(["c"])], ["value"]),
     ]
     txn = FakeTxn()
-    output = RecordsOutput(txn, plan_columns(schema, "out"), "out")  # type: ignore[arg-type]
+    output = RecordsOutput(txn, plan_columns(schema, "out"), "out")
 
     _feed_batches([output], iter(batches), batch_id=0)
 

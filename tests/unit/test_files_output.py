@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -29,6 +30,7 @@ from kafka_txn_sink.files.output import FilesOutput, arrow_rows
 from kafka_txn_sink.files.plan import plan_for_options
 from kafka_txn_sink.files.references import parse_reference
 from kafka_txn_sink.options import SinkOptions, parse_options
+from kafka_txn_sink.protocol.output import Headers
 
 SCHEMA = StructType(
     [
@@ -46,8 +48,20 @@ class FakeTxn:
 
     sent: list[tuple[str, bytes | None, bytes | None]] = field(default_factory=list)
 
-    def send(self, topic: str, value: bytes | None, key: bytes | None = None) -> None:
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Headers | None = None,
+    ) -> None:
         self.sent.append((topic, value, key))
+
+    def send_many(
+        self, topic: str, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None
+    ) -> None:
+        raise AssertionError("files mode produces its references one by one")
 
 
 def files_options(root: Path, **extra: str) -> SinkOptions:
