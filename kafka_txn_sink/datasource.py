@@ -1,23 +1,26 @@
 """The data source Spark finds as `format("kafka_txn")`, and `register(spark)`.
 
-`streamWriter()` turns the user's options into the writer of one batch: it parses and checks
-the options (options.py) and the input schema against each output, runs the driver's start of
-a batch (protocol/start.py), and hands the tasks a `TaskPlan` (protocol/prepare.py).
+`streamWriter()` (a streaming query's batch) and `writer()` (a batch write, `df.write`) turn
+the user's options into the writer of one batch: they parse and check the options (options.py)
+and the input schema against each output, run the driver's start of a batch or of a write
+(protocol/start.py), and hand the tasks a `TaskPlan` (protocol/prepare.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.options import SinkOptions, parse_options
+from kafka_txn_sink.options import WRITE_ID, SinkOptions, parse_options
+from kafka_txn_sink.protocol.batch_writer import batch_writer_class
 from kafka_txn_sink.protocol.prepare import TaskPlan
-from kafka_txn_sink.protocol.start import start_batch
+from kafka_txn_sink.protocol.start import BatchStart, start_batch, start_write
 from kafka_txn_sink.protocol.stream_writer import stream_writer_class
 from kafka_txn_sink.records.columns import plan_columns
 
@@ -25,7 +28,8 @@ NAME = "kafka_txn"
 
 
 class KafkaTxnDataSource(DataSource):
-    """Exactly-once streaming sink to Kafka, and to Avro files (options: README, options.py)."""
+    """Exactly-once streaming sink to Kafka, and to Avro files (options: README, options.py);
+    atomic batch writes (`df.write`) to the same."""
 
     @classmethod
     def name(cls) -> str:
@@ -45,17 +49,35 @@ class KafkaTxnDataSource(DataSource):
                 "output mode complete is not supported: kafka_txn appends; use outputMode append"
             )
         options = parse_options(self.options)
-        columns = plan_columns(schema, options.topic) if options.records_mode else None
-        files_plan = _plan_files(options, schema)
-        start = start_batch(options)
-        plan = TaskPlan(
-            options=start.options,
-            columns=columns,
-            files_plan=files_plan,
-            log_query_id=start.log_query_id,
-            last_decided=start.last_decided,
+        if options.write_id is not None:
+            raise ConfigError(
+                f"option {WRITE_ID} is for batch writes (df.write) only; a streaming query's "
+                f"batches are identified by its checkpoint: remove it"
+            )
+        return stream_writer_class()(_plan(options, schema, start_batch))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """Validate, recover decided batches, and find the batch of the log this write is.
+
+        Raises:
+            ConfigError / InputError: as `streamWriter`; option writeId is missing; the save
+                mode is overwrite; the log belongs to a streaming query.
+            KafkaUnavailableError: the brokers cannot be reached.
+        """
+        if overwrite:
+            raise ConfigError(
+                'save mode overwrite is not supported: kafka_txn appends; use mode("append")'
+            )
+        options = parse_options(self.options)
+        write_id = options.write_id
+        if write_id is None:
+            raise ConfigError(
+                f"option {WRITE_ID} is required in a batch write (df.write): a name of this "
+                f"write, the same when it is run again, so that it is written exactly once"
+            )
+        return batch_writer_class()(
+            _plan(options, schema, lambda checked: start_write(checked, write_id))
         )
-        return stream_writer_class()(plan)
 
 
 def register(spark: SparkSession) -> None:
@@ -77,6 +99,23 @@ def register(spark: SparkSession) -> None:
         # module pyspark_kafka_txn offers it, and Spark refuses to register it a second time.
         if exc.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
             raise
+
+
+def _plan(
+    options: SinkOptions, schema: StructType, start: Callable[[SinkOptions], BatchStart]
+) -> TaskPlan:
+    """Check the input schema against each output, then `start` the batch: the tasks' plan."""
+    columns = plan_columns(schema, options.topic) if options.records_mode else None
+    files_plan = _plan_files(options, schema)
+    started = start(options)
+    return TaskPlan(
+        options=started.options,
+        columns=columns,
+        files_plan=files_plan,
+        log_query_id=started.log_query_id,
+        last_decided=started.last_decided,
+        write=started.write,
+    )
 
 
 def _plan_files(options: SinkOptions, schema: StructType) -> Any:

@@ -92,6 +92,14 @@ S3_SECRET_ACCESS_KEY = Option(
 S3_PATH_STYLE = Option(
     "s3.pathStyle", "path-style S3 addressing", "`true` with `s3.endpoint`, else `false`"
 )
+WRITE_ID = Option(
+    "writeId",
+    "the id of a batch write (`df.write`), 1-200 printable characters: a write is committed at "
+    "most once per id, so a re-run after a failure completes or redoes it and a re-run after a "
+    "success writes nothing. Refused in streaming queries",
+    "",
+    "in batch writes",
+)
 KAFKA_SETTINGS = Option(
     "kafka.<librdkafka setting>",
     "passed to the producer (e.g. `kafka.linger.ms`, `kafka.compression.type`, SASL/TLS "
@@ -180,6 +188,7 @@ OPTIONS: tuple[Option, ...] = (
     S3_ACCESS_KEY_ID,
     S3_SECRET_ACCESS_KEY,
     S3_PATH_STYLE,
+    WRITE_ID,
     KAFKA_SETTINGS,
     PATH,
     REFERENCES_TOPIC,
@@ -236,6 +245,7 @@ _FILES_KEYS = frozenset(o.key for o in OPTIONS if o.group == "files")
 _SECRET_HINTS = ("password", "secret", "jaas", "token", "ssl.key", "credentials")
 
 MIN_TRANSACTION_TIMEOUT_MS = 1_000
+MAX_WRITE_ID_LENGTH = 200
 
 
 def is_secret(key: str) -> bool:
@@ -286,6 +296,7 @@ class SinkOptions:
     s3: S3Settings = field(default_factory=S3Settings)
     commit_log_format: LogFormat = "json"
     files: FilesOptions | None = None  # files mode, when option path is set
+    write_id: str | None = None  # a batch write's id (option writeId); None in streaming
 
     @property
     def records_mode(self) -> bool:
@@ -296,7 +307,8 @@ class SinkOptions:
         return (
             f"SinkOptions(sink_id={self.sink_id!r}, commit_log={self.commit_log!r}, "
             f"bootstrap_servers={self.bootstrap_servers!r}, topic={self.topic!r}, "
-            f"transaction_timeout_ms={self.transaction_timeout_ms}, kafka={redact(self.kafka)})"
+            f"transaction_timeout_ms={self.transaction_timeout_ms}, write_id={self.write_id!r}, "
+            f"kafka={redact(self.kafka)})"
         )
 
     @property
@@ -374,6 +386,7 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         s3=s3,
         commit_log_format=_log_format(options),
         files=parse_files_options(options),
+        write_id=_write_id(options),
     )
 
 
@@ -488,6 +501,19 @@ def _log_format(options: Mapping[str, str]) -> LogFormat:
         f"option {COMMIT_LOG_FORMAT} must be one of {', '.join(LOG_FORMATS)}, got "
         f"{options[COMMIT_LOG_FORMAT.key]!r}"
     )
+
+
+def _write_id(options: Mapping[str, str]) -> str | None:
+    raw = options.get(WRITE_ID.key)
+    if raw is None:
+        return None
+    value = raw.strip()
+    if not 1 <= len(value) <= MAX_WRITE_ID_LENGTH or not value.isprintable():
+        raise ConfigError(
+            f"option {WRITE_ID} must be 1-{MAX_WRITE_ID_LENGTH} printable characters, "
+            f"got {raw[:MAX_WRITE_ID_LENGTH + 20]!r}"
+        )
+    return value
 
 
 def _required(options: Mapping[str, str], option: Option) -> str:

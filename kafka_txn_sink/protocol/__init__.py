@@ -15,6 +15,7 @@ the commit log belongs to this sink, and roll forward every decided batch not ye
 4. Recover (`recover.py`): the roll-forward above, and the clean-up of open transactions that
    no decision holds, when it is due; the one answer to "which transactions does this sink hold".
 
-`session.py` keeps the driver's clients per process; `stream_writer.py` is what Spark calls.
+`session.py` keeps the driver's clients per process; `stream_writer.py` (streaming queries) and
+`batch_writer.py` (`df.write`, one batch of the log per writeId) are what Spark calls.
 docs/protocol.md explains each step, its reasons, its bounds and the crash cases.
 """

@@ -1,8 +1,10 @@
 """Step 2, on the driver: decide a batch (`commit(messages, batchId)`), or abort it.
 
 `Committer.commit` does, in this order:
-1. checks that the tasks' query is the one the commit log belongs to (before anything else);
-2. rolls forward a batch that is decided already, and does nothing more for it;
+1. checks that the tasks' query is the one the commit log belongs to (before anything else; not
+   for a batch write, whose decision carries the write's own query id);
+2. rolls forward a batch that is decided already, and does nothing more for it (a batch write's
+   batch decided for another write is refused: two writes ran at once);
 3. checks that every task sent a message and that they add up;
 4. checks that every prepared transaction is still Ongoing with its triple and has time left
    before the brokers would abort it (the margin: commitLogTimeoutMs + commitTimeoutMs +
@@ -24,6 +26,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import (
+    CommitLogConflictError,
     CommitLogError,
     KafkaTxnSinkError,
     ParticipantNotCommittableError,
@@ -34,6 +37,7 @@ from kafka_txn_sink.kafka.admin_api import ONGOING, TransactionAdmin
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import Decision, Participant, TaskCommit, now_ms
+from kafka_txn_sink.protocol.prepare import BatchWrite
 from kafka_txn_sink.protocol.recover import CleanupSchedule, clean_up
 from kafka_txn_sink.protocol.session import cleanup_schedule, driver_session
 
@@ -41,18 +45,23 @@ log = logging.getLogger(__name__)
 
 
 def commit_batch(
-    options: SinkOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int
+    options: SinkOptions,
+    messages: Sequence[WriterCommitMessage | None],
+    batch_id: int,
+    write: BatchWrite | None = None,
 ) -> None:
-    """Spark's `commit(messages, batchId)`: decide batch `batch_id` and complete it.
+    """Spark's `commit(messages, batchId)`: decide batch `batch_id` and complete it
+    (`write`: the batch write it is; None in a streaming query).
 
     Raises:
         KafkaTxnSinkError: the batch cannot be decided (nothing of it is published; Spark
-            runs it again) or its completion failed (recovery finishes it).
+            runs it again, or the user re-runs the write) or its completion failed (recovery
+            finishes it).
     """
     schedule = cleanup_schedule(options)
     with driver_session(options) as session:
         committer = Committer(
-            options, session.commit_log, session.txn_admin, session.settler, schedule
+            options, session.commit_log, session.txn_admin, session.settler, schedule, write
         )
         try:
             committer.commit(messages, batch_id)
@@ -73,7 +82,12 @@ def abort_batch(
 
 
 class Committer:
-    """The driver's decision of one batch, and what follows it, for one sink."""
+    """The driver's decision of one batch, and what follows it, for one sink.
+
+    With `write`, the batch is that batch write's: its decision carries the write's query id,
+    and the tasks' query is not checked against the log's (a log of batch writes has a query
+    id per write).
+    """
 
     def __init__(
         self,
@@ -82,12 +96,14 @@ class Committer:
         txn_admin: TransactionAdmin,
         settler: Settler,
         cleanup: CleanupSchedule | None = None,
+        write: BatchWrite | None = None,
     ):
         self._options = options
         self._log = commit_log
         self._txn_admin = txn_admin
         self._settler = settler
         self._cleanup = cleanup  # None: the full clean-up after every commit
+        self._write = write
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
         """Decide batch `batch_id` from its tasks' messages, complete it, clean up when due.
@@ -98,11 +114,16 @@ class Committer:
             TransactionLostError / TransactionCompletionError: decided, but not completed.
         """
         tasks = _complete_messages(messages, batch_id)
-        check_query_id(self._log, {t.query_id for t in tasks})
+        if self._write is None:
+            check_query_id(self._log, {t.query_id for t in tasks})
+            query_id = tasks[0].query_id if tasks else ""
+        else:
+            query_id = self._write.query_id
         decision = self._log.decision(batch_id)
         if decision is None:
-            decision = self._decide(tasks, batch_id)
+            decision = self._decide(tasks, batch_id, query_id)
         else:
+            self._check_decided_for(decision, query_id)
             log.info(
                 "batch %d of sink %s was decided before; rolling it forward",
                 batch_id,
@@ -132,7 +153,7 @@ class Committer:
         if len(tasks) < len(messages) or not messages:
             clean_up(self._options.sink_id, self._log, self._txn_admin, self._settler)
 
-    def _decide(self, tasks: list[TaskCommit], batch_id: int) -> Decision:
+    def _decide(self, tasks: list[TaskCommit], batch_id: int, query_id: str) -> Decision:
         if any(t.status == "skipped" for t in tasks):
             raise CommitLogError(
                 f"tasks of batch {batch_id} found it decided, but the commit log "
@@ -143,7 +164,7 @@ class Committer:
         self._check_prepared(participants, batch_id)
         decision = Decision(
             sink_id=self._options.sink_id,
-            query_id=tasks[0].query_id if tasks else "",
+            query_id=query_id,
             batch_id=batch_id,
             participants=participants,
             tasks=len(tasks),
@@ -166,13 +187,36 @@ class Committer:
                     f"batch {batch_id}: the transaction of Spark partition "
                     f"{participant.partition} ({participant.triple}) is no longer open: the "
                     f"coordinator reports {state}. It was fenced or aborted; nothing of the "
-                    f"batch is published and the batch runs again."
+                    f"batch is published and {self._runs_again()}."
                 )
             left_ms = state.start_ms + state.timeout_ms - now
             if left_ms < self._options.margin_ms:
                 too_old.append((participant, left_ms))
         if too_old:
-            raise TransactionTooOldError(_too_old_message(batch_id, too_old, self._options))
+            raise TransactionTooOldError(
+                _too_old_message(batch_id, too_old, self._options, self._write)
+            )
+
+    def _check_decided_for(self, decision: Decision, query_id: str) -> None:
+        """A batch write's batch decided for another write: both ran at once.
+
+        Raises:
+            CommitLogConflictError: this write is not the one decided; nothing of it is
+                published.
+        """
+        if self._write is None or decision.query_id == query_id:
+            return
+        raise CommitLogConflictError(
+            f"batch {decision.batch_id} of sink {self._options.sink_id} was decided for "
+            f"{decision.query_id} while write {self._write.write_id!r} ran: a sink takes one "
+            f"write at a time. Nothing of write {self._write.write_id!r} is published; run it "
+            f"again."
+        )
+
+    def _runs_again(self) -> str:
+        if self._write is None:
+            return "the batch runs again"
+        return f"write {self._write.write_id!r} can be run again with the same writeId"
 
     def _abort_undecided(self, tasks: Sequence[TaskCommit], decision: Decision) -> bool:
         decided = {p.triple for p in decision.participants}
@@ -238,15 +282,31 @@ def _complete_messages(
 
 
 def _too_old_message(
-    batch_id: int, too_old: list[tuple[Participant, int]], options: SinkOptions
+    batch_id: int,
+    too_old: list[tuple[Participant, int]],
+    options: SinkOptions,
+    write: BatchWrite | None,
 ) -> str:
     worst = min(left for _, left in too_old)
+    timeouts = (
+        f"transaction.max.timeout.ms on the brokers and transactionTimeoutMs on the sink "
+        f"(now {options.transaction_timeout_ms} ms)"
+    )
+    if write is None:
+        what = f"batch {batch_id}"
+        advice = (
+            f"Nothing of the batch is published. Spark re-runs the batch with the same offsets, "
+            f"so bound batches with maxOffsetsPerTrigger, and raise {timeouts}."
+        )
+    else:
+        what = f"write {write.write_id!r} (batch {batch_id})"
+        advice = (
+            f"Nothing of the write is published. Raise {timeouts} and run the write again with "
+            f"the same writeId, or split it into smaller writes."
+        )
     return (
-        f"batch {batch_id} took too long: {len(too_old)} prepared transaction(s) have "
+        f"{what} took too long: {len(too_old)} prepared transaction(s) have "
         f"{max(worst, 0)} ms left before the brokers abort them, less than the "
         f"{options.margin_ms} ms the commit needs (commitLogTimeoutMs + commitTimeoutMs + "
-        f"clockSkewMs). Nothing of the batch is published. Spark re-runs the batch with the "
-        f"same offsets, so bound batches with maxOffsetsPerTrigger, and raise "
-        f"transaction.max.timeout.ms on the brokers and transactionTimeoutMs on the sink "
-        f"(now {options.transaction_timeout_ms} ms)."
+        f"clockSkewMs). {advice}"
     )

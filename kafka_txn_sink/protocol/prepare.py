@@ -1,7 +1,8 @@
 """Step 1, in every task: prepare one transaction of the batch and tell the driver about it.
 
 A task attempt of Spark partition `p`:
-1. checks that the query writing is the one the commit log belongs to;
+1. checks that the query writing is the one the commit log belongs to (not in a batch write,
+   whose batch and query id the driver chose: `BatchWrite`);
 2. returns `skipped` if batch N is decided already (initialising the id now would fence a
    decided participant that is not committed yet);
 3. initialises the transactional id `{sinkId}-{p}` (fencing every earlier attempt and aborting
@@ -33,13 +34,44 @@ from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.records.columns import Columns
 from kafka_txn_sink.records.output import RecordsOutput
 
+# A batch write's decision carries `write:{writeId}` as its query id: never a Spark query id.
+WRITE_QUERY_PREFIX = "write:"
+
+
+@dataclass(frozen=True)
+class BatchWrite:
+    """A batch write (`df.write`, option writeId): the batch of the commit log it is.
+
+    The driver chose the batch (start.py), so its tasks take batch and query id from here
+    rather than from Spark's streaming properties. A log of batch writes has a query id per
+    write, so the checks that the writing query is the log's are not made for them.
+    """
+
+    write_id: str
+    batch_id: int
+
+    @property
+    def query_id(self) -> str:
+        """What the write's decision and task messages carry as their query id."""
+        return write_query_id(self.write_id)
+
+
+def write_query_id(write_id: str) -> str:
+    """The query id of batch write `write_id`: `write:{writeId}`."""
+    return f"{WRITE_QUERY_PREFIX}{write_id}"
+
+
+def is_batch_write(query_id: str) -> bool:
+    """Whether a decision's query id is a batch write's rather than a streaming query's."""
+    return query_id.startswith(WRITE_QUERY_PREFIX)
+
 
 @dataclass(frozen=True)
 class TaskPlan:
     """What every task of a batch needs: built on the driver, pickled to the tasks.
 
-    It carries only the options, the checked outputs and what the commit log said when the
-    driver built it (`log_query_id`, `last_decided`).
+    It carries only the options, the checked outputs, what the commit log said when the
+    driver built it (`log_query_id`, `last_decided`), and for a batch write its batch.
     """
 
     options: SinkOptions
@@ -47,6 +79,7 @@ class TaskPlan:
     files_plan: Any  # files mode's `files.plan.FilePlan`, or None (typed loosely: lazy import)
     log_query_id: str | None
     last_decided: int | None
+    write: BatchWrite | None = None  # a batch write; None in a streaming query
 
 
 @dataclass(frozen=True)
@@ -68,7 +101,7 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
         InputError / StagingError / KafkaTxnSinkError: the rows could not be written; the
             transaction is aborted and nothing of the task is visible.
     """
-    task = current_task()
+    task = current_task(plan)
     _check_query_id(plan, task.query_id)
     skipped = TaskCommit(task.query_id, task.batch_id, task.partition, task.attempt, "skipped")
     if _decided(plan, task.batch_id):
@@ -106,8 +139,9 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
     )
 
 
-def current_task() -> TaskIdentity:
-    """This task attempt, as Spark's task context names it.
+def current_task(plan: TaskPlan) -> TaskIdentity:
+    """This task attempt, as Spark's task context names it (batch and query id from the plan
+    in a batch write).
 
     Raises:
         ConfigError: not inside a Spark task, or under the continuous trigger.
@@ -115,11 +149,16 @@ def current_task() -> TaskIdentity:
     context = TaskContext.get()
     if context is None:
         raise ConfigError("write() must run inside a Spark task")
-    if context.getLocalProperty("__is_continuous_processing") == "true":
-        raise ConfigError("the continuous trigger is not supported; use a micro-batch trigger")
+    if plan.write is not None:
+        query_id, batch_id = plan.write.query_id, plan.write.batch_id
+    else:
+        if context.getLocalProperty("__is_continuous_processing") == "true":
+            raise ConfigError("the continuous trigger is not supported; use a micro-batch trigger")
+        query_id = context.getLocalProperty("sql.streaming.queryId") or ""
+        batch_id = int(context.getLocalProperty("streaming.sql.batchId") or -1)
     return TaskIdentity(
-        query_id=context.getLocalProperty("sql.streaming.queryId") or "",
-        batch_id=int(context.getLocalProperty("streaming.sql.batchId") or -1),
+        query_id=query_id,
+        batch_id=batch_id,
         partition=context.partitionId(),
         attempt=context.attemptNumber(),
     )
@@ -191,6 +230,8 @@ def _close(outputs: list[TaskOutput]) -> tuple[FileRef, ...]:
 
 
 def _check_query_id(plan: TaskPlan, query_id: str) -> None:
+    if plan.write is not None:
+        return  # a batch write: the driver chose its batch; the log has a query id per write
     if plan.log_query_id and query_id != plan.log_query_id:
         options = plan.options
         raise QueryIdMismatchError.for_log(

@@ -9,11 +9,18 @@ batch's participants). It:
    the brokers already know this sink's ids: a deleted or moved log);
 4. rolls forward every decided batch without a completion marker;
 5. reads what the tasks need from the log: whose log it is and the last decided batch.
+
+`start_write` does the same in `writer()`, before a batch write's (`df.write`) tasks, and then
+finds the batch of the log the write is: the batch decided for its writeId before (its tasks
+then write nothing), or the batch after the last decided one. A sink serves one streaming query
+or batch writes: each refuses a log the other writes to.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
@@ -22,12 +29,21 @@ from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.kafka.admin_api import ClusterFacts, TransactionAdmin
 from kafka_txn_sink.kafka.cluster import discard_cluster
-from kafka_txn_sink.options import REFERENCES_TOPIC, TOPIC, TRANSACTION_TIMEOUT, SinkOptions
-from kafka_txn_sink.protocol.messages import SinkMeta, now_ms
+from kafka_txn_sink.options import (
+    REFERENCES_TOPIC,
+    TOPIC,
+    TRANSACTION_TIMEOUT,
+    WRITE_ID,
+    SinkOptions,
+)
+from kafka_txn_sink.protocol.messages import Decision, SinkMeta, now_ms
+from kafka_txn_sink.protocol.prepare import BatchWrite, is_batch_write, write_query_id
 from kafka_txn_sink.protocol.recover import known_ids, roll_forward
-from kafka_txn_sink.protocol.session import driver_session, shared_cluster_of
+from kafka_txn_sink.protocol.session import DriverSession, driver_session, shared_cluster_of
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.storage import open_storage
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -37,17 +53,119 @@ class BatchStart:
     options: SinkOptions
     log_query_id: str | None
     last_decided: int | None
+    write: BatchWrite | None = None  # a batch write's batch; None for a streaming query
 
 
 def start_batch(options: SinkOptions) -> BatchStart:
     """Check, recover and read the log before a batch (the steps in this module's docstring).
 
     Raises:
-        ConfigError: an option does not fit the cluster or the log.
+        ConfigError: an option does not fit the cluster or the log, or the log holds batch
+            writes.
         KafkaUnavailableError: the brokers cannot be reached.
         TransactionLostError / TransactionCompletionError: rolling forward found a loss, or
             could not settle a participant yet.
     """
+    options = _fit_to_cluster(options)
+    with driver_session(options) as session:
+        latest = _claim_and_recover(session)
+    _check_use(options, latest, batch_write=False)
+    return BatchStart(
+        options,
+        log_query_id=latest.query_id if latest else None,
+        last_decided=latest.batch_id if latest else None,
+    )
+
+
+def start_write(options: SinkOptions, write_id: str) -> BatchStart:
+    """`start_batch` for a batch write, and the batch of the log that write `write_id` is.
+
+    The batch decided for it before if there is one (its tasks then write nothing, and this
+    logs a warning saying so), else the batch after the last decided one.
+
+    Raises:
+        ConfigError: as `start_batch`, or the log belongs to a streaming query.
+        KafkaUnavailableError, TransactionLostError, TransactionCompletionError: as
+            `start_batch`.
+    """
+    options = _fit_to_cluster(options)
+    with driver_session(options) as session:
+        latest = _claim_and_recover(session)
+        _check_use(options, latest, batch_write=True)
+        earlier = find_write(session.commit_log, write_query_id(write_id)) if latest else None
+        if earlier is not None:
+            _warn_written_before(session, earlier, write_id)
+            batch_id = earlier.batch_id
+        else:
+            batch_id = latest.batch_id + 1 if latest else 0
+    return BatchStart(
+        options,
+        log_query_id=latest.query_id if latest else None,
+        last_decided=latest.batch_id if latest else None,
+        write=BatchWrite(write_id, batch_id),
+    )
+
+
+def find_write(commit_log: CommitLog, query_id: str) -> Decision | None:
+    """The decision of the batch write whose query id is `query_id`, or None.
+
+    Reads the log's decisions newest first: a re-run usually follows its write closely, and a
+    new write reads them all once.
+    """
+    for batch_id in reversed(commit_log.decided_batches()):
+        decision = commit_log.decision(batch_id)
+        if decision is not None and decision.query_id == query_id:
+            return decision
+    return None
+
+
+def _check_use(options: SinkOptions, latest: Decision | None, batch_write: bool) -> None:
+    """A sinkId serves one streaming query or batch writes: refuse a log the other writes to.
+
+    Raises:
+        ConfigError: the log's latest decision is of the other kind.
+    """
+    if latest is None or not latest.query_id or is_batch_write(latest.query_id) == batch_write:
+        return
+    if batch_write:
+        holds, other = f"belongs to streaming query {latest.query_id}", "batch writes"
+    else:
+        holds = (
+            f"holds batch writes (df.write, option {WRITE_ID}; the last is batch "
+            f"{latest.batch_id}, {latest.query_id})"
+        )
+        other = "the streaming query"
+    raise ConfigError(
+        f"the commit log {options.commit_log} of sink {options.sink_id} {holds}: a sinkId "
+        f"serves either one streaming query or batch writes; use another sinkId and commitLog "
+        f"for {other}"
+    )
+
+
+def _warn_written_before(session: DriverSession, decision: Decision, write_id: str) -> None:
+    decided_at = datetime.fromtimestamp(decision.decided_at_ms / 1000, tz=timezone.utc)
+    completion = session.commit_log.completion(decision.batch_id)
+    lost = completion.lost if completion is not None else ()
+    note = (
+        f"; {sum(x.rows for x in lost)} row(s) of it were lost before they could be committed "
+        f"(recorded in its completion marker)"
+        if lost
+        else ""
+    )
+    log.warning(
+        "write %r of sink %s was committed before (batch %d, %d row(s), decided at %s): "
+        "nothing is written again%s",
+        write_id,
+        decision.sink_id,
+        decision.batch_id,
+        decision.rows,
+        decided_at.isoformat(timespec="seconds"),
+        note,
+    )
+
+
+def _fit_to_cluster(options: SinkOptions) -> SinkOptions:
+    """Steps 1 and 2: the options resolved against the cluster and judged by librdkafka."""
     cluster = shared_cluster_of(options)
     try:
         options = resolve_against_cluster(options, cluster)
@@ -55,15 +173,14 @@ def start_batch(options: SinkOptions) -> BatchStart:
     except BaseException:
         discard_cluster(cluster)
         raise
-    with driver_session(options) as session:
-        claim_log(options, session.commit_log, session.txn_admin)
-        roll_forward(session.commit_log, session.settler)
-        latest = session.commit_log.latest_decision()
-    return BatchStart(
-        options,
-        log_query_id=latest.query_id if latest else None,
-        last_decided=latest.batch_id if latest else None,
-    )
+    return options
+
+
+def _claim_and_recover(session: DriverSession) -> Decision | None:
+    """Steps 3 to 5: claim the log, roll decided batches forward; the latest decision."""
+    claim_log(session.options, session.commit_log, session.txn_admin)
+    roll_forward(session.commit_log, session.settler)
+    return session.commit_log.latest_decision()
 
 
 def resolve_against_cluster(
