@@ -16,8 +16,8 @@ from pyspark.sql.datasource import DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from kafka_txn_sink.datasource import KafkaTxnDataSource
-from kafka_txn_sink.protocol.messages import TaskCommit
 from kafka_txn_sink.protocol.stream_writer import KafkaTxnStreamArrowWriter, KafkaTxnStreamWriter
+from kafka_txn_sink.protocol.task_commit import TaskCommit
 
 
 def _status_kb(field: str) -> int:

@@ -30,7 +30,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from kafka_txn_sink import testing
 from kafka_txn_sink.datasource import KafkaTxnDataSource
 from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
-from kafka_txn_sink.protocol.messages import TaskCommit
+from kafka_txn_sink.protocol.task_commit import TaskCommit
 from tests.e2e.harness import create_topics
 
 SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])

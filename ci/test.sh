@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole check: set-up, lint, types, tests. Arguments go to pytest.
+# The whole check: set-up, lint, types, tests, the installed wheel. Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -15,5 +15,10 @@ status=0
 if [[ $status -eq 5 ]]; then
   echo "test.sh: pytest collected no tests: that is a failure" >&2
   exit 1
+fi
+# The whole check also tries the wheel as a user installs it; a run of chosen tests does not.
+if [[ $# -eq 0 ]]; then
+  echo "== ci/check_wheel.sh"
+  ci/check_wheel.sh || status=$?
 fi
 exit "$status"

@@ -1,4 +1,5 @@
-"""Session fixtures of the test bed (kafka_txn_sink.testing): a real broker, S3 server, jars.
+"""Session fixtures of the test bed: a real broker, S3 server and jars, as the fixtures of
+``kafka_txn_sink.testing.plugin`` (the kit users get) start them, under this suite's names.
 
 Bring your own: ``KTS_KAFKA_BOOTSTRAP`` uses an existing broker and ``KTS_S3_ENDPOINT`` an
 existing S3 endpoint instead of starting ours. A part that cannot be started fails the tests
@@ -21,8 +22,12 @@ import pytest
 from kafka_txn_sink import testing
 from kafka_txn_sink.storage import S3Settings
 
-Broker = testing.KafkaBroker | testing.ExternalKafkaBroker
-S3 = testing.S3Server | testing.ExternalS3Server
+Broker = testing.AnyKafkaBroker
+S3 = testing.AnyS3Server
+
+# Also loaded through the package's pytest11 entry point, which has this name: then this is a
+# no-op; before the package is (re)installed with it, this loads it.
+pytest_plugins = ["kafka_txn_sink.testing.plugin"]
 
 testing.set_default_aws_env()
 # Spark's Python workers must run this interpreter (it has the package), on loopback only.
@@ -37,21 +42,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+def kafka_broker(kts_kafka: Broker) -> Broker:
     """The session's broker: ours (KafkaBroker) or the one of ``KTS_KAFKA_BOOTSTRAP``."""
-    external = os.environ.get("KTS_KAFKA_BOOTSTRAP")
-    broker: Broker
-    if external:
-        broker = testing.ExternalKafkaBroker(external)
-        broker.start()
-        yield broker
-        return
-    broker = testing.KafkaBroker(tmp_path_factory.mktemp("kafka"))
-    try:
-        broker.start()
-        yield broker
-    finally:
-        broker.stop()
+    return kts_kafka
 
 
 @pytest.fixture(scope="session")
@@ -82,18 +75,9 @@ def make_kafka_broker(
 
 
 @pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
+def s3_server(kts_s3: S3) -> S3:
     """The session's S3 server: ours (S3Server, can pause/resume) or ``KTS_S3_ENDPOINT``."""
-    external = os.environ.get("KTS_S3_ENDPOINT")
-    if external:
-        yield testing.ExternalS3Server(external)
-        return
-    server = testing.S3Server(tmp_path_factory.mktemp("s3"))
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+    return kts_s3
 
 
 @pytest.fixture(scope="session")
@@ -127,20 +111,15 @@ def s3_client(s3_endpoint: str) -> Any:
 
 
 @pytest.fixture
-def s3_bucket(s3_client: Any) -> str:
+def s3_bucket(kts_s3_bucket: str) -> str:
     """A new, empty bucket on the test bed's S3 server."""
-    name = f"kts-{uuid.uuid4().hex[:12]}"
-    s3_client.create_bucket(Bucket=name)
-    return name
+    return kts_s3_bucket
 
 
 @pytest.fixture(scope="session")
-def spark_jars() -> list[str]:
+def spark_jars(kts_spark_jars: list[str]) -> list[str]:
     """Jar paths for ``spark.jars`` (``",".join(spark_jars)``): Kafka source/sink and Avro."""
-    jars = [str(path) for path in testing.spark_jars()]
-    if not jars:
-        raise testing.TestbedError("no Spark package jars were resolved")
-    return jars
+    return kts_spark_jars
 
 
 _counter = itertools.count()

@@ -12,7 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kafka_txn_sink.files.writer import WrittenFile, store_schema
+from kafka_txn_sink.files.avro_names import schema_digest
+from kafka_txn_sink.files.naming import schema_file_name
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.storage.files import FileSink
 
@@ -20,6 +21,22 @@ REFERENCE_KIND = "kafka_txn_sink.file"
 """The `kind` of every reference message, which tells it from other messages of the topic."""
 REFERENCE_VERSION = 1
 """The version of the reference message's layout."""
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A file a task wrote and uploaded, with the Avro schema its reference needs."""
+
+    ref: FileRef
+    schema: dict[str, Any]
+    name: str  # relative to the sink's root
+
+
+def store_schema(sink: FileSink, schema: dict[str, Any]) -> str:
+    """Write `schema` beside the files as `_schemas/<sha256>.avsc` (once); returns that name."""
+    name = schema_file_name(schema_digest(schema))
+    sink.put_text(name, json.dumps(schema, sort_keys=True, separators=(",", ":")))
+    return name
 
 
 @dataclass(frozen=True)

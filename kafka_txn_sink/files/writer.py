@@ -37,7 +37,6 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, cast
@@ -45,31 +44,15 @@ from typing import IO, Any, cast
 from fastavro.write import Writer
 
 from kafka_txn_sink.errors import InputError, StagingError
-from kafka_txn_sink.files.avro_names import fingerprint, schema_digest
+from kafka_txn_sink.files.avro_names import fingerprint
 from kafka_txn_sink.files.json_schema import SchemaAggregator
-from kafka_txn_sink.files.naming import FileNaming, schema_file_name, stored_name
+from kafka_txn_sink.files.naming import FileNaming, stored_name
 from kafka_txn_sink.files.partitioning import PartitionValues
 from kafka_txn_sink.files.plan import Codec, FilePlan
+from kafka_txn_sink.files.references import WrittenFile
 from kafka_txn_sink.files.spark_avro import row_converter
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.storage.files import FileSink
-
-
-@dataclass(frozen=True)
-class WrittenFile:
-    """A file a task wrote and uploaded, with the Avro schema its reference needs."""
-
-    ref: FileRef
-    schema: dict[str, Any]
-    name: str  # relative to the sink's root
-
-
-def store_schema(sink: FileSink, schema: dict[str, Any]) -> str:
-    """Write `schema` beside the files as `_schemas/<sha256>.avsc` (once); returns that name."""
-    name = schema_file_name(schema_digest(schema))
-    sink.put_text(name, json.dumps(schema, sort_keys=True, separators=(",", ":")))
-    return name
-
 
 # --- files (executor) --------------------------------------------------------------------
 

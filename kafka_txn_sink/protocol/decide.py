@@ -36,10 +36,11 @@ from kafka_txn_sink.errors import (
 from kafka_txn_sink.kafka.admin_api import ONGOING, TransactionAdmin
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.complete import Settler
-from kafka_txn_sink.protocol.messages import Decision, Participant, TaskCommit, now_ms
+from kafka_txn_sink.protocol.messages import Decision, Participant, now_ms
 from kafka_txn_sink.protocol.prepare import BatchWrite
 from kafka_txn_sink.protocol.recover import CleanupSchedule, clean_up
 from kafka_txn_sink.protocol.session import cleanup_schedule, driver_session
+from kafka_txn_sink.protocol.task_commit import TaskCommit
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""What tasks hand to the driver, and what the commit log keeps: small, versioned, JSON-able.
+"""What the commit log keeps, and what a task's message carries: small, versioned, JSON-able.
 
-A task's `TaskCommit` travels from the executor to `commit()` (pickled by Spark). The driver turns
+A task's `TaskCommit` (`task_commit.py`) travels from the executor to `commit()`. The driver turns
 the prepared ones into `Participant`s of a `Decision`, which is written to the commit log before any
 transaction is completed; a `Completion` follows once every participant's fate is settled.
 """
@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
-
-from pyspark.sql.datasource import WriterCommitMessage
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 from kafka_txn_sink.errors import CommitLogError
+
+if TYPE_CHECKING:
+    from kafka_txn_sink.protocol.task_commit import TaskCommit
 
 FORMAT_VERSION = 1
 
@@ -72,33 +73,6 @@ class FileRef:
     def from_json(cls, body: dict[str, Any]) -> FileRef:
         """The file reference whose fields are `body`."""
         return cls(**body)
-
-
-@dataclass(frozen=True)
-class TaskCommit(WriterCommitMessage):
-    """The message one task attempt returns from `write()`."""
-
-    query_id: str
-    batch_id: int
-    partition: int
-    attempt: int
-    status: TaskStatus
-    rows: int = 0
-    triple: Triple | None = None  # the prepared transaction; None unless status is prepared
-    offsets: OffsetRanges = field(default_factory=dict)
-    prepared_at_ms: int = 0
-    files: tuple[FileRef, ...] = ()
-
-    @property
-    def prepared_triple(self) -> Triple:
-        """The prepared transaction.
-
-        Raises:
-            ValueError: this task prepared none (it was empty or skipped).
-        """
-        if self.triple is None:
-            raise ValueError(f"task {self.partition} of batch {self.batch_id} has no transaction")
-        return self.triple
 
 
 @dataclass(frozen=True)

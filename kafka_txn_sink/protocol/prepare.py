@@ -28,8 +28,9 @@ from kafka_txn_sink.commit_log import open_commit_log
 from kafka_txn_sink.errors import ConfigError, QueryIdMismatchError
 from kafka_txn_sink.kafka.producer import TaskTransaction
 from kafka_txn_sink.options import SinkOptions
-from kafka_txn_sink.protocol.messages import FileRef, TaskCommit
+from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.protocol.output import TaskOutput
+from kafka_txn_sink.protocol.task_commit import TaskCommit
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.records.columns import Columns
 from kafka_txn_sink.records.output import RecordsOutput

@@ -15,8 +15,8 @@ import pyspark.sql.datasource as _datasource
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 
 from kafka_txn_sink.protocol.decide import abort_batch, commit_batch
-from kafka_txn_sink.protocol.messages import TaskCommit
 from kafka_txn_sink.protocol.prepare import TaskPlan, prepare_task
+from kafka_txn_sink.protocol.task_commit import TaskCommit
 
 # PySpark 4.1+ has it; on 4.0 this is None and the row writer is used.
 ArrowStreamWriterBase: Any = getattr(_datasource, "DataSourceStreamArrowWriter", None)

@@ -1,9 +1,13 @@
-"""The test bed of kafka_txn_sink, from real parts only.
+"""The test bed of kafka_txn_sink, from real parts only, and the test kit of its users.
 
 - Apache Kafka's own broker (KRaft, one node) from jars that Maven resolves from Maven Central
   (``kafka_broker``; versions, cache and Maven in ``jars``).
 - An S3-compatible HTTP server: moto in server mode (``s3_server``).
-- The Spark packages (Kafka source/sink, Avro) that pyspark does not ship (``jars``).
+- The Spark packages (Kafka source/sink, Avro) that pyspark does not ship (``jars``), and a local
+  SparkSession with them (``spark_session``).
+- For tests of pipelines that end in the sink: pytest fixtures (``plugin``, loaded by pytest
+  through the package's entry point) and ``read_committed`` / ``read_referenced_files``
+  (``readers``), DataFrames of what read_committed consumers see, ready for chispa.
 
 Everything binds 127.0.0.1 only; every wait is bounded; every process started here is ended at
 exit unless it was started detached (``up``; see ``processes``). Tests, benchmarks, the demo and
@@ -12,7 +16,8 @@ the crash suite import it; from a shell::
     python -m kafka_txn_sink.testing fetch|up|down
 
 Standard library only at import time; ``confluent_kafka`` is imported where a broker is probed,
-and moto runs in its own process (both come with the ``testing`` extra).
+pyspark where a session starts or a reader runs, and moto runs in its own process (the
+``testing`` extra).
 """
 
 from __future__ import annotations
@@ -30,39 +35,59 @@ from kafka_txn_sink.testing.jars import (
     spark_jars,
 )
 from kafka_txn_sink.testing.kafka_broker import (
+    AnyKafkaBroker,
     ExternalKafkaBroker,
     KafkaBroker,
     create_topic,
     kafka_bootstrap,
     wait_broker_ready,
 )
-from kafka_txn_sink.testing.processes import tail, wait_for
+from kafka_txn_sink.testing.processes import java_executable, maven_executable, tail, wait_for
+from kafka_txn_sink.testing.readers import KAFKA_COLUMNS, read_committed, read_referenced_files
 from kafka_txn_sink.testing.s3_server import (
+    AnyS3Server,
     ExternalS3Server,
     S3Server,
+    create_bucket,
     s3_endpoint,
+    s3_settings,
     set_default_aws_env,
+    sink_s3_options,
 )
+from kafka_txn_sink.testing.spark_session import BOOTSTRAP_CONF, local_spark, stop_spark
 
 __all__ = [
+    "BOOTSTRAP_CONF",
+    "KAFKA_COLUMNS",
     "MARKER",
     "MAVEN_SETTINGS",
     "VERSIONS_FILE",
+    "AnyKafkaBroker",
+    "AnyS3Server",
     "ExternalKafkaBroker",
     "ExternalS3Server",
     "KafkaBroker",
     "S3Server",
     "TestbedError",
     "cache_dir",
+    "create_bucket",
     "create_topic",
     "default_kafka_version",
+    "java_executable",
     "kafka_bootstrap",
     "kafka_jars",
+    "local_spark",
+    "maven_executable",
     "pinned",
+    "read_committed",
+    "read_referenced_files",
     "read_versions",
     "s3_endpoint",
+    "s3_settings",
     "set_default_aws_env",
+    "sink_s3_options",
     "spark_jars",
+    "stop_spark",
     "tail",
     "wait_broker_ready",
     "wait_for",

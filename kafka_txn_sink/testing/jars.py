@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kafka_txn_sink.testing.errors import TestbedError
+from kafka_txn_sink.testing.processes import maven_executable
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 POMS_DIR = PACKAGE_DIR / "poms"
@@ -91,9 +92,7 @@ def _mvn_copy_dependencies(pom: Path, props: Mapping[str, str], out: Path) -> li
     runs (set-up and a test session) never see half a directory."""
     if (out / MARKER).exists():
         return sorted(out.glob("*.jar"))
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise TestbedError("Maven (mvn) is not on PATH: it resolves the test bed's jars")
+    mvn = maven_executable()
     settings = ["-s", str(MAVEN_SETTINGS)] if MAVEN_SETTINGS.exists() else []
     staging = out.with_name(f"{out.name}.partial-{os.getpid()}")
     errors: list[str] = []

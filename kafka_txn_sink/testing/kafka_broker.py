@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import uuid
@@ -22,6 +21,7 @@ from kafka_txn_sink.testing.jars import default_kafka_version, kafka_jars
 from kafka_txn_sink.testing.processes import (
     LOOPBACK,
     free_port,
+    java_executable,
     spawn,
     tail,
     terminate,
@@ -220,7 +220,8 @@ class KafkaBroker:
         (self.workdir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
 
     def _java(self, *args: str, server: bool = False) -> list[str]:
-        java = shutil.which("java") or "/usr/bin/java"
+        java = java_executable("it runs Apache Kafka's broker (or set KTS_KAFKA_BOOTSTRAP to a "
+                               "broker of your own)")
         # The broker: G1 and a modest heap; the short-lived tools: start fast.
         tuning = ([f"-Xmx{self.heap}", "-XX:+UseG1GC"] if server else
                   ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
@@ -337,6 +338,10 @@ class ExternalKafkaBroker:
                            "it cannot be stopped, killed or restarted from the tests")
 
     stop = kill = restart = _refuse
+
+
+AnyKafkaBroker = KafkaBroker | ExternalKafkaBroker
+"""A broker of the test bed: ours, or the one of ``KTS_KAFKA_BOOTSTRAP``."""
 
 
 @contextlib.contextmanager

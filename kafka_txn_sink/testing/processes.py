@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -72,6 +73,33 @@ def tail(path: Path, lines: int = 50) -> str:
         return f"({path} does not exist)"
     text = path.read_text(errors="replace").splitlines()[-lines:]
     return f"--- last {len(text)} lines of {path} ---\n" + "\n".join(text)
+
+
+# --------------------------------------------------------------------------------------------
+# The tools the test bed runs
+# --------------------------------------------------------------------------------------------
+
+
+def java_executable(needed_for: str) -> str:
+    """``java`` on PATH, else ``$JAVA_HOME/bin/java``; a TestbedError saying what needs it."""
+    found = shutil.which("java")
+    java_home = os.environ.get("JAVA_HOME")
+    if found is None and java_home and (Path(java_home) / "bin" / "java").is_file():
+        found = str(Path(java_home) / "bin" / "java")
+    if found is None:
+        raise TestbedError(f"Java (java) is not on PATH nor in $JAVA_HOME: {needed_for}; "
+                           "install a JDK 17 or 21")
+    return found
+
+
+def maven_executable() -> str:
+    """``mvn`` on PATH; a TestbedError saying what needs it."""
+    found = shutil.which("mvn")
+    if found is None:
+        raise TestbedError("Maven (mvn) is not on PATH: it resolves the test bed's jars (Apache "
+                           "Kafka's broker, Spark's Kafka connector) from Maven Central; "
+                           "install Maven 3")
+    return found
 
 
 # --------------------------------------------------------------------------------------------

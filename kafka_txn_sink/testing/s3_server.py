@@ -14,9 +14,11 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from kafka_txn_sink.storage.settings import S3Settings
 from kafka_txn_sink.testing.errors import TestbedError
 from kafka_txn_sink.testing.jars import cache_dir
 from kafka_txn_sink.testing.processes import (
@@ -40,6 +42,36 @@ def set_default_aws_env() -> None:
     """Dummy credentials and region so that boto3 talks to the local S3 server."""
     for key, value in S3_CREDENTIALS.items():
         os.environ.setdefault(key, value)
+
+
+def s3_settings(endpoint: str) -> S3Settings:
+    """How the sink's storage code reaches the test S3 server at ``endpoint``."""
+    return S3Settings(
+        endpoint_url=endpoint,
+        region=S3_CREDENTIALS["AWS_DEFAULT_REGION"],
+        access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        secret_access_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def sink_s3_options(endpoint: str) -> dict[str, str]:
+    """The sink's ``s3.*`` options that reach the test S3 server at ``endpoint``."""
+    settings = s3_settings(endpoint)
+    return {
+        "s3.endpoint": endpoint,
+        "s3.region": str(settings.region),
+        "s3.accessKeyId": str(settings.access_key_id),
+        "s3.secretAccessKey": str(settings.secret_access_key),
+    }
+
+
+def create_bucket(endpoint: str, name: str | None = None) -> str:
+    """Create bucket ``name`` (a new random name by default) on the S3 server; its name."""
+    from kafka_txn_sink.storage.s3 import make_client  # boto3: only where a bucket is made
+
+    bucket = name or f"kts-{uuid.uuid4().hex[:12]}"
+    make_client(s3_settings(endpoint)).create_bucket(Bucket=bucket)
+    return bucket
 
 
 def probe_http(url: str, timeout: float = 2.0) -> bool | None:
@@ -135,6 +167,10 @@ class ExternalS3Server:
                            "it cannot be stopped, paused or resumed from the tests")
 
     stop = pause = resume = _refuse
+
+
+AnyS3Server = S3Server | ExternalS3Server
+"""An S3 server of the test bed: ours, or the endpoint of ``KTS_S3_ENDPOINT``."""
 
 
 @contextlib.contextmanager

@@ -17,7 +17,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from kafka_txn_sink.errors import ConfigError, StagingError
 from kafka_txn_sink.files.naming import FileNaming
 from kafka_txn_sink.files.plan import plan_files
-from kafka_txn_sink.files.writer import FileSet, store_schema
+from kafka_txn_sink.files.references import store_schema
+from kafka_txn_sink.files.writer import FileSet
 from kafka_txn_sink.storage import S3Settings, open_file_sink
 from kafka_txn_sink.storage.files import LocalFileSink, MiB
 from kafka_txn_sink.storage.s3 import S3FileSink

@@ -26,7 +26,8 @@ from kafka_txn_sink.kafka.admin_api import ONGOING, EndTxnResult, TxnState
 from kafka_txn_sink.options import parse_options
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.decide import Committer
-from kafka_txn_sink.protocol.messages import TaskCommit, Triple
+from kafka_txn_sink.protocol.messages import Triple
+from kafka_txn_sink.protocol.task_commit import TaskCommit
 
 SINK = "orders"
 QUERY = "query-a"

@@ -39,7 +39,8 @@ from kafka_txn_sink.files.avro_names import fingerprint, schema_digest
 from kafka_txn_sink.files.json_schema import Irreconcilable, SchemaAggregator
 from kafka_txn_sink.files.naming import FileNaming
 from kafka_txn_sink.files.plan import CODECS, FilePlan, plan_files
-from kafka_txn_sink.files.writer import FileSet, WrittenFile, store_schema
+from kafka_txn_sink.files.references import WrittenFile, store_schema
+from kafka_txn_sink.files.writer import FileSet
 from kafka_txn_sink.storage.files import LocalFileSink
 
 START = datetime(2026, 11, 21, 5, 0, tzinfo=timezone.utc)

@@ -7,6 +7,8 @@ level import only hides a cycle), leaving out those under `if TYPE_CHECKING:`, w
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,3 +152,32 @@ def test_every_public_module_class_and_function_has_a_docstring() -> None:
 def _is_overload_or_property_setter(node: ast.AST) -> bool:
     decorators = getattr(node, "decorator_list", [])
     return any(ast.unparse(d).endswith((".setter", "overload")) for d in decorators)
+
+
+WITHOUT_PYSPARK = """
+import sys
+
+
+class NoPySpark:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyspark" or name.startswith("pyspark."):
+            raise ImportError(f"No module named {name!r} (hidden by the test)")
+
+
+sys.meta_path.insert(0, NoPySpark())
+import kafka_txn_sink.cli
+import kafka_txn_sink.files.republish
+import kafka_txn_sink.testing
+import kafka_txn_sink.verify
+
+kafka_txn_sink.cli.main(["--help"])
+"""
+
+
+def test_the_command_line_runs_without_pyspark() -> None:
+    """PySpark is an extra: `kafka-txn-sink`, recovery of files mode and the verifier need none."""
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PYSPARK], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage: kafka-txn-sink" in done.stdout

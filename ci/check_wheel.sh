@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The wheel a user installs, checked from outside the checkout:
+#  1. build it (pip wheel --no-deps) from a copy of the tracked and new files (no stale build/);
+#  2. "user": a clean venv with the wheel and its extras `spark` and `testing`, PySpark pinned to
+#     SPARK_VERSION of versions.env, pytest and chispa. There: `kafka-txn-sink --help` and every
+#     subcommand's, then the tests of examples/testkit and examples/databricks (orders_job.py
+#     run by spark-submit) from a directory outside the checkout, the test kit's fixtures coming
+#     from the wheel's pytest11 entry point;
+#  3. "platform": the wheel without extras in a venv with no PySpark, where the CLI must work;
+#     then that venv given a platform's PySpark (on sys.path, no pip distribution, as on
+#     Databricks): installing the wheel leaves that PySpark as it was, and the sink imports.
+# pip's cache is reused; every step is bounded. A broker or S3 endpoint in KTS_KAFKA_BOOTSTRAP /
+# KTS_S3_ENDPOINT is used by the example tests; otherwise they start their own.
+# KTS_KEEP_WHEEL_CHECK=1 keeps the work directory (printed at the start).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+python=${PYTHON:-python3}
+spark_version="$(sed -n 's/^SPARK_VERSION=//p' kafka_txn_sink/testing/versions.env)"
+[[ -n "$spark_version" ]] || { echo "check_wheel: SPARK_VERSION missing" >&2; exit 1; }
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/kts-wheel-check.XXXXXX")"
+if [[ "${KTS_KEEP_WHEEL_CHECK:-}" != 1 ]]; then
+  trap 'rm -rf "$work"' EXIT
+fi
+echo "check_wheel: working in $work"
+
+# step SECONDS NAME COMMAND...: run COMMAND (a program or a function below) within SECONDS, in
+# a child bash with errexit, and print how long it took.
+step() {
+  local limit=$1 name=$2 started=$SECONDS
+  shift 2
+  echo "== $name"
+  timeout --kill-after=30 "$limit" bash -euo pipefail -c '"$@"' step "$@"
+  echo "   $name: $((SECONDS - started)) s"
+}
+
+copy_sources() {
+  mkdir -p "$work/src"
+  git ls-files --cached --others --exclude-standard \
+    | while IFS= read -r file; do [[ -e "$file" ]] && printf '%s\n' "$file"; done \
+    | tar -cf - -T - | tar -xf - -C "$work/src"
+}
+
+# Every command path of the CLI (`log list`, `status`, ...), from its argparse tree.
+list_commands() {
+  "$1" - <<'EOF'
+import argparse
+
+from kafka_txn_sink.cli import build_parser
+
+
+def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                print(" ".join([*path, name]))
+                walk(sub, [*path, name])
+
+
+walk(build_parser(), [])
+EOF
+}
+
+check_help() {
+  local venv=$1 commands
+  "$venv/bin/kafka-txn-sink" --help >/dev/null
+  commands="$(list_commands "$venv/bin/python")"
+  [[ -n "$commands" ]] || { echo "check_wheel: the CLI lists no command" >&2; return 1; }
+  while IFS= read -r command; do
+    # shellcheck disable=SC2086  # a command path is words
+    "$venv/bin/kafka-txn-sink" $command --help >/dev/null
+    echo "   kafka-txn-sink $command --help: ok"
+  done <<< "$commands"
+}
+
+run_examples() {
+  local venv=$1
+  mkdir -p "$work/examples"
+  cp -r examples/testkit examples/databricks "$work/examples/"
+  rm -rf "$work/examples"/*/dist "$work/examples"/*/__pycache__
+  (
+    cd "$work/examples"
+    "$venv/bin/python" - "$root" <<'EOF'
+import sys
+from pathlib import Path
+
+import kafka_txn_sink
+
+where = Path(kafka_txn_sink.__file__).resolve()
+assert Path(sys.argv[1]).resolve() not in where.parents, f"imported from the checkout: {where}"
+print(f"   kafka_txn_sink {kafka_txn_sink.__version__} from {where.parent}")
+EOF
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider testkit databricks
+  )
+}
+
+check_platform_pyspark() {
+  local user=$1 venv="$work/platform" platform="$work/platform-pyspark" site
+  mkdir -p "$platform"
+  site="$("$user/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  ln -s "$site/pyspark" "$platform/pyspark"
+  ln -s "$site/py4j" "$platform/py4j"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q "$wheel"
+  if "$venv/bin/python" -m pip show -q pyspark 2>/dev/null; then
+    echo "check_wheel: installing the wheel without extras installed pyspark" >&2
+    return 1
+  fi
+  # No PySpark at all yet: the command line works without it.
+  if "$venv/bin/python" -c 'import pyspark' 2>/dev/null; then
+    echo "check_wheel: pyspark importable in a venv that should have none" >&2
+    return 1
+  fi
+  check_help "$venv"
+  # Now the platform's PySpark, on sys.path as Databricks has it, then the wheel again.
+  echo "$platform" > "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/platform_pyspark.pth"
+  "$venv/bin/python" -m pip uninstall -q -y kafka-txn-sink
+  "$venv/bin/python" -m pip install -q "$wheel"
+  "$venv/bin/python" -m pip check
+  if "$venv/bin/python" -m pip show -q pyspark 2>/dev/null; then
+    echo "check_wheel: installing the wheel installed a pyspark over the platform's" >&2
+    return 1
+  fi
+  "$venv/bin/python" - "$platform" <<'EOF'
+import sys
+from pathlib import Path
+
+import pyspark
+
+import kafka_txn_sink.datasource  # noqa: F401  (the sink, on the platform's PySpark)
+
+where = Path(pyspark.__file__).parent
+assert where == Path(sys.argv[1]) / "pyspark", f"pyspark comes from {where}"
+print(f"   pyspark {pyspark.__version__} still the platform's ({where}); the sink imports")
+EOF
+  "$venv/bin/kafka-txn-sink" --help >/dev/null
+}
+
+export -f copy_sources list_commands check_help run_examples check_platform_pyspark
+export work root python
+step 300 "copy the sources" copy_sources
+step 600 "build the wheel" "$python" -m pip wheel -q --no-deps --wheel-dir "$work/dist" "$work/src"
+wheel="$(ls "$work"/dist/kafka_txn_sink-*.whl)"
+export wheel
+echo "   $wheel"
+
+step 120 "user venv" "$python" -m venv "$work/user"
+step 900 "install the wheel [spark,testing], pyspark==$spark_version, pytest, chispa" \
+  "$work/user/bin/python" -m pip install -q "$wheel[spark,testing]" "pyspark==$spark_version" \
+  pytest chispa
+step 300 "kafka-txn-sink --help and every subcommand's" check_help "$work/user"
+step 1800 "examples/testkit and examples/databricks from the wheel" run_examples "$work/user"
+step 900 "no PySpark: the CLI; a platform's PySpark stays as it was" check_platform_pyspark "$work/user"
+echo "check_wheel: ok"

@@ -1,0 +1,41 @@
+"""The message a task attempt returns from `write()`: what it prepared, for the driver's decision.
+
+It travels from the executor to `commit()` pickled by Spark, which requires Spark's
+`WriterCommitMessage` as its base; this module is the protocol's only one that imports PySpark
+at import time besides the writers, so the command line and the commit log run without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+from kafka_txn_sink.protocol.messages import FileRef, OffsetRanges, TaskStatus, Triple
+
+
+@dataclass(frozen=True)
+class TaskCommit(WriterCommitMessage):
+    """The message one task attempt returns from `write()`."""
+
+    query_id: str
+    batch_id: int
+    partition: int
+    attempt: int
+    status: TaskStatus
+    rows: int = 0
+    triple: Triple | None = None  # the prepared transaction; None unless status is prepared
+    offsets: OffsetRanges = field(default_factory=dict)
+    prepared_at_ms: int = 0
+    files: tuple[FileRef, ...] = ()
+
+    @property
+    def prepared_triple(self) -> Triple:
+        """The prepared transaction.
+
+        Raises:
+            ValueError: this task prepared none (it was empty or skipped).
+        """
+        if self.triple is None:
+            raise ValueError(f"task {self.partition} of batch {self.batch_id} has no transaction")
+        return self.triple
