@@ -1,6 +1,6 @@
 """The floor of a Python streaming sink in Spark: a data source that writes nothing.
 
-    .venv/bin/python benchmarks/noop_sink.py [--python .venv-spark41/bin/python]
+    .venv/bin/python benchmarks/noop_sink.py [--python .venv-spark42/bin/python]
 
 `format("noop_python")` consumes its rows and commits nothing (`noop_arrow`: the same with Arrow
 batches, PySpark 4.1+); beside Spark's built-in `format("noop")` on the same input, its per-batch
@@ -83,8 +83,8 @@ def main() -> int:
     options = parser.parse_args()
     bootstrap = os.environ["KTS_KAFKA_BOOTSTRAP"]
     python = str(Path(options.python).absolute())
-    env = t.SPARK41_JARS_ENV if python != sys.executable else {}
-    jars = t.jars_for(python, env)
+    env = t.testing.spark42_package_env() if python != sys.executable else {}
+    jars = t.jars_of(python, env)
     topic = f"noop_in_{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, 2, topic)
     data = t.make_data("100b", options.rows, topic)
@@ -97,7 +97,7 @@ def main() -> int:
         ("noop (JVM)", "noop", {}),
         ("noop_python", "noop_python", {}),
     ]
-    if python != sys.executable:  # the 4.1 venv: its Arrow floor too
+    if python != sys.executable:  # the 4.2 venv: its Arrow floor too
         sinks.append(("noop_arrow", "noop_arrow", {}))
     for label, fmt, opts in [
         *sinks,

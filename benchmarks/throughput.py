@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/throughput.py                      # defaults: ~10-15 min here
     .venv/bin/python benchmarks/throughput.py --rows 2000000       # the issue's full size
-    ci/setup_spark41.sh && .venv/bin/python benchmarks/throughput.py \
-        --spark41-python .venv-spark41/bin/python                  # + the Arrow path on 4.1.1
+    ci/setup_spark42.sh && .venv/bin/python benchmarks/throughput.py \
+        --spark42-python .venv-spark42/bin/python                  # + the Arrow path on 4.2
 
 Per variant (`100b`: a ~100-byte value with a short key; `log12`: a log-like JSON object of 12
 fields, parsed by the query into 12 columns), the input topic is preloaded once and read by every
@@ -26,8 +26,8 @@ executor Python worker that ran one partition of `--memory-rows` rows and of 16 
 each in a fresh Spark application, records mode and files mode. Last, the driver's commit
 overhead per batch (benchmarks/commit_overhead.py) for 8, 32 and 128 tasks.
 
-With --spark41-python, (a), (b) and (c) run again on PySpark 4.1.1, where kafka_txn takes
-Arrow batches (DataSourceStreamArrowWriter); on the test bed's 4.0.0 it takes rows.
+With --spark42-python, (a), (b) and (c) run again on PySpark 4.2 (SPARK42_VERSION), where
+kafka_txn takes Arrow batches (DataSourceStreamArrowWriter); on the test bed's 4.0.0 it takes rows.
 """
 
 from __future__ import annotations
@@ -56,11 +56,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The same for every Kafka writer; acks=all and idempotence on (kafka_txn owns both).
 PRODUCER = {"linger.ms": "20", "batch.size": "1000000", "compression.type": "none"}
-SPARK41_JARS_ENV = {
-    "KTS_SPARK_KAFKA_VERSION": "4.1.1",
-    "KTS_SPARK_AVRO_VERSION": "4.1.1",
-    "KTS_SPARK_TOKEN_PROVIDER_VERSION": "4.0.0",
-}
 LOG12_DDL = (
     "ts TIMESTAMP, user STRING, level STRING, service STRING, host STRING, message STRING, "
     "status INT, latency_ms DOUBLE, bytes BIGINT, trace_id STRING, path STRING, user_agent STRING"
@@ -213,21 +208,9 @@ def rate(label: str, batches: list[tuple[int, int]], data: Data, spark: str) -> 
     )
 
 
-def jars_for(python: str, env_extra: dict[str, str]) -> str:
-    code = (
-        "from kafka_txn_sink.testing import spark_jars; "
-        "print(','.join(map(str, spark_jars())))"
-    )
-    done = subprocess.run(
-        [python, "-W", "ignore", "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, **env_extra},
-        check=True,
-        timeout=1800,
-    )
-    return done.stdout.strip().splitlines()[-1]
+def jars_of(python: str, env: dict[str, str]) -> str:
+    """The ``--jars`` value of the Spark line of interpreter ``python``."""
+    return ",".join(testing.spark_jars_of(python, env))
 
 
 @dataclass
@@ -430,7 +413,7 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=2, help="of every topic (= tasks)")
     parser.add_argument("--variants", default="100b,log12")
     parser.add_argument("--memory-rows", type=int, default=25_000, help="0: skip memory")
-    parser.add_argument("--spark41-python", default="", help="e.g. .venv-spark41/bin/python")
+    parser.add_argument("--spark42-python", default="", help="e.g. .venv-spark42/bin/python")
     parser.add_argument(
         "--commit-tasks", default="8,32,128", help="driver commit overhead at these task counts"
     )
@@ -443,10 +426,11 @@ def main() -> int:
 
 def run(options: argparse.Namespace, work: Path, bootstrap: str, s3: str) -> int:
     began = time.monotonic()
-    pythons = {"4.0": (sys.executable, jars_for(sys.executable, {}), {})}
-    if options.spark41_python:
-        python41 = str(Path(options.spark41_python).absolute())
-        pythons["4.1"] = (python41, jars_for(python41, SPARK41_JARS_ENV), SPARK41_JARS_ENV)
+    pythons = {"4.0": (sys.executable, jars_of(sys.executable, {}), {})}
+    if options.spark42_python:
+        python42 = str(Path(options.spark42_python).absolute())
+        env42 = testing.spark42_package_env()
+        pythons["4.2"] = (python42, jars_of(python42, env42), env42)
     bucket = f"bench-{uuid.uuid4().hex[:10]}"
     boto3.client(
         "s3",
@@ -525,8 +509,8 @@ def table(variant: str, data: Data, results: dict[str, Result]) -> list[str]:
         return ""
 
     pairs = [("b", "a"), ("b", "e"), ("c", "d"), ("cp", "dp"), ("c3", "d")]
-    pairs += [("b 4.1", "a 4.1"), ("b 4.1", "e"), ("c 4.1", "d"), ("cp 4.1", "dp")]
-    pairs += [("b", "f"), ("c", "f"), ("f", "a"), ("b 4.1", "f 4.1"), ("f 4.1", "a 4.1")]
+    pairs += [("b 4.2", "a 4.2"), ("b 4.2", "e"), ("c 4.2", "d"), ("cp 4.2", "dp")]
+    pairs += [("b", "f"), ("c", "f"), ("f", "a"), ("b 4.2", "f 4.2"), ("f 4.2", "a 4.2")]
     lines.append("ratios: " + ", ".join(r for r in (ratio(t, b) for t, b in pairs) if r))
     return lines
 

@@ -16,7 +16,9 @@ from typing import Any, Literal
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.kafka.producer import producer_config
+from kafka_txn_sink.kafka.security import check_driver_support, translate_jaas
 from kafka_txn_sink.protocol.txn_ids import validate_sink_id
+from kafka_txn_sink.redaction import mask_in_logs
 from kafka_txn_sink.storage import S3Settings
 
 MiB = 1024 * 1024
@@ -354,8 +356,11 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
     """
     options = {str(k).lower(): str(v) for k, v in raw.items()}
     originals = {str(k).lower(): str(k) for k in raw}
+    mask_in_logs(v for k, v in options.items() if is_secret(k))
     _reject_forbidden(options)
-    kafka = _kafka_settings(raw)
+    kafka = translate_jaas(_kafka_settings(raw))
+    mask_in_logs(v for k, v in kafka.items() if is_secret(k))
+    check_driver_support(kafka)
     _reject_unknown(options, originals)
     log_timeout_ms = _bounded(options, COMMIT_LOG_TIMEOUT, 30_000)
     s3 = _s3_settings(options, log_timeout_ms)

@@ -8,12 +8,17 @@ client settings (whose secrets never reach an error message).
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import Any
 
 from kafka_txn_sink.commit_log import LOG_FORMATS, CommitLog, detect_format, open_commit_log
+from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.kafka.security import check_driver_support, translate_jaas
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.options import COMMIT_LOG, COMMIT_LOG_FORMAT, SINK_ID, is_secret
 from kafka_txn_sink.protocol.txn_ids import validate_sink_id
+from kafka_txn_sink.redaction import mask_in_logs
 from kafka_txn_sink.storage import S3Settings
 
 PROG = "kafka-txn-sink"
@@ -21,6 +26,7 @@ OK, REFUSED, CANNOT_RUN = 0, 1, 2
 DEFAULT_TIMEOUT_MS = 5_000
 DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
 DEFAULT_LIST_LIMIT = 20
+KAFKA_ENV_PREFIX = "KAFKA_TXN_SINK_KAFKA_"
 
 
 class CliError(Exception):
@@ -83,13 +89,20 @@ def add_s3_options(group: Any) -> None:
 
 
 def add_kafka_option(group: Any) -> None:
-    """The repeatable `--kafka KEY=VALUE` on a parser or argument group."""
+    """`--kafka KEY=VALUE` (repeatable) and `--kafka-config FILE` on a parser or group."""
     group.add_argument(
         "--kafka",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="librdkafka client setting, e.g. security.protocol=SASL_SSL (repeatable)",
+        help="librdkafka client setting, e.g. security.protocol=SASL_SSL (repeatable); "
+        "secrets are better given by --kafka-config or the environment",
+    )
+    group.add_argument(
+        "--kafka-config",
+        metavar="FILE",
+        help=f"a properties file of librdkafka settings (KEY=VALUE lines); also read: "
+        f"{KAFKA_ENV_PREFIX}<SETTING> variables, e.g. {KAFKA_ENV_PREFIX}SASL_PASSWORD",
     )
 
 
@@ -104,12 +117,16 @@ def s3_settings(args: argparse.Namespace) -> S3Settings | None:
 
 
 def kafka_settings(args: argparse.Namespace, strict: bool = True) -> dict[str, str]:
-    """The `--kafka KEY=VALUE` settings as a dict.
+    """The Kafka client settings: `--kafka-config FILE`, then `KAFKA_TXN_SINK_KAFKA_*`
+    variables, then `--kafka KEY=VALUE` (a later source wins); Spark's `sasl.jaas.config`
+    translated as the sink does.
 
     Raises:
-        CliError: (when strict) a setting without `=` or without a key.
+        CliError: (when strict) a malformed setting or file, or a setting the driver's client
+            cannot honour.
     """
-    settings: dict[str, str] = {}
+    settings = _config_file(getattr(args, "kafka_config", None), strict)
+    settings.update(_environment_settings())
     for item in getattr(args, "kafka", None) or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
@@ -117,7 +134,48 @@ def kafka_settings(args: argparse.Namespace, strict: bool = True) -> dict[str, s
                 raise CliError(f"--kafka takes KEY=VALUE, got {key.strip()!r} without a value")
             continue
         settings[key.strip()] = value
+    if not strict:
+        return settings
+    mask_in_logs(value for key, value in settings.items() if is_secret(key))
+    try:
+        translated = translate_jaas(settings)
+        mask_in_logs(value for key, value in translated.items() if is_secret(key))
+        check_driver_support(translated)
+    except ConfigError as exc:
+        raise CliError(str(exc).replace("option kafka.", "Kafka setting ")) from None
+    return translated
+
+
+def _config_file(path: str | None, strict: bool) -> dict[str, str]:
+    """The KEY=VALUE lines of a Kafka client properties file (`#` and `!` start comments)."""
+    if not path:
+        return {}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise CliError(f"--kafka-config {path}: {exc.strerror}") from None
+    settings: dict[str, str] = {}
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            if strict:
+                raise CliError(f"--kafka-config {path}, line {number}: expected KEY=VALUE")
+            continue
+        settings[key.strip()] = value.strip()
     return settings
+
+
+def _environment_settings() -> dict[str, str]:
+    """`KAFKA_TXN_SINK_KAFKA_SASL_PASSWORD=...` -> `sasl.password` (librdkafka's names have no
+    underscore, so each `_` is a dot)."""
+    return {
+        name[len(KAFKA_ENV_PREFIX):].lower().replace("_", "."): value
+        for name, value in os.environ.items()
+        if name.startswith(KAFKA_ENV_PREFIX) and len(name) > len(KAFKA_ENV_PREFIX)
+    }
 
 
 def scrub(message: str, args: argparse.Namespace) -> str:

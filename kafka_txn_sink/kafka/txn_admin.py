@@ -28,6 +28,7 @@ from kafka.protocol.producer import EndTxnRequest
 from kafka_txn_sink.errors import KafkaUnavailableError
 from kafka_txn_sink.kafka.admin_api import NOT_FOUND, ONGOING, EndTxnResult, TxnState
 from kafka_txn_sink.kafka.client_cache import ClientCache
+from kafka_txn_sink.kafka.security import driver_settings
 from kafka_txn_sink.protocol.messages import Triple
 
 log = logging.getLogger(__name__)
@@ -39,22 +40,9 @@ END_TXN_MAX_VERSION = 3
 MAX_IN_FLIGHT = 256
 
 
-# librdkafka setting -> kafka-python admin setting, for what a secured cluster needs.
-_SECURITY_SETTINGS = {
-    "security.protocol": "security_protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.mechanisms": "sasl_mechanism",
-    "sasl.username": "sasl_plain_username",
-    "sasl.password": "sasl_plain_password",
-    "ssl.ca.location": "ssl_cafile",
-    "ssl.certificate.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-    "ssl.key.password": "ssl_password",
-}
-
-
 def admin_settings(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> dict[str, Any]:
-    """kafka-python admin settings from the sink's librdkafka-style `kafka.*` settings."""
+    """kafka-python admin settings from the sink's librdkafka-style `kafka.*` settings (checked
+    with `security.check_driver_support` when the options were read)."""
     settings: dict[str, Any] = {
         "bootstrap_servers": bootstrap,
         "client_id": "kafka-txn-sink-driver",
@@ -66,10 +54,7 @@ def admin_settings(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) ->
         # (2.6 s for 32, measured) or stalled until the deadline on a fresh connection.
         "max_in_flight_requests_per_connection": MAX_IN_FLIGHT,
     }
-    for name, value in kafka.items():
-        target = _SECURITY_SETTINGS.get(name.lower())
-        if target:
-            settings[target] = value.upper() if target == "security_protocol" else value
+    settings.update(driver_settings(kafka))
     return settings
 
 

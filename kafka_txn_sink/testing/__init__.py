@@ -32,7 +32,9 @@ from kafka_txn_sink.testing.jars import (
     kafka_jars,
     pinned,
     read_versions,
+    spark42_package_env,
     spark_jars,
+    spark_jars_of,
 )
 from kafka_txn_sink.testing.kafka_broker import (
     AnyKafkaBroker,
@@ -86,7 +88,9 @@ __all__ = [
     "s3_settings",
     "set_default_aws_env",
     "sink_s3_options",
+    "spark42_package_env",
     "spark_jars",
+    "spark_jars_of",
     "stop_spark",
     "tail",
     "wait_broker_ready",

@@ -175,12 +175,13 @@ def pyspark_version() -> str | None:
 
 
 def _check_pyspark_version() -> None:
-    """Warn when pyspark's minor version is not SPARK_VERSION's: the Kafka source of another
+    """Warn when pyspark's minor version is not the Kafka connector's: the Kafka source of another
     minor fails in streaming queries (Spark's internal checkpoint classes change)."""
-    installed, pinned_spark = pyspark_version(), pinned("SPARK_VERSION")
-    if installed and installed.split(".")[:2] != pinned_spark.split(".")[:2]:
-        warnings.warn(f"pyspark {installed} is installed but {VERSIONS_FILE} pins "
-                      f"SPARK_VERSION={pinned_spark}", stacklevel=3)
+    installed = pyspark_version()
+    connector = spark_package_versions()["spark.kafka.version"]
+    if installed and installed.split(".")[:2] != connector.split(".")[:2]:
+        warnings.warn(f"pyspark {installed} is installed but the Kafka connector resolved is "
+                      f"{connector} (versions.env, KTS_SPARK_KAFKA_VERSION)", stacklevel=3)
 
 
 def spark_jars() -> list[Path]:
@@ -193,3 +194,27 @@ def spark_jars() -> list[Path]:
     _check_pyspark_version()
     shipped = {jar_artifact(p.name) for p in pyspark_jars_dir().glob("*.jar")}
     return [jar for jar in jars if jar_artifact(jar.name) not in shipped]
+
+
+def spark42_package_env() -> dict[str, str]:
+    """The environment in which ``spark_jars()`` resolves the packages of the second Spark line
+    (SPARK42_VERSION of versions.env; spark-avro at SPARK42_AVRO_VERSION)."""
+    version = pinned("SPARK42_VERSION")
+    return {
+        "KTS_SPARK_KAFKA_VERSION": version,
+        "KTS_SPARK_TOKEN_PROVIDER_VERSION": version,
+        "KTS_SPARK_AVRO_VERSION": pinned("SPARK42_AVRO_VERSION"),
+    }
+
+
+def spark_jars_of(python: str, env: Mapping[str, str]) -> list[str]:
+    """``spark_jars()`` as interpreter ``python`` (another venv, another PySpark) resolves them
+    with ``env`` over this process's environment: jars its PySpark does not ship."""
+    code = "from kafka_txn_sink.testing import spark_jars; print(','.join(map(str, spark_jars())))"
+    done = subprocess.run(
+        [python, "-W", "ignore", "-c", code], capture_output=True, text=True,
+        env={**os.environ, **env}, timeout=1800, check=False,
+    )
+    if done.returncode != 0:
+        raise TestbedError(f"{python} could not resolve its Spark jars:\n{done.stderr[-3000:]}")
+    return done.stdout.strip().splitlines()[-1].split(",")

@@ -1,16 +1,48 @@
+"""Fixtures of the end-to-end tests: a `Pipeline` per test, on the first Spark line (this
+interpreter's PySpark 4.0) or, where a test asks with `on_both_spark_lines`, also on the second
+(PySpark 4.2 of `.venv-spark42`, made by ci/setup_spark42.sh; there the sink takes Arrow
+batches)."""
+
 from __future__ import annotations
 
 import os
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Pipeline, create_topics
+from kafka_txn_sink import testing
+from tests.e2e.harness import ROOT, Pipeline, create_topics
+
+SPARK_LINES = ["4.0", "4.2"]
+
+on_both_spark_lines = pytest.mark.parametrize("pipeline", SPARK_LINES, indirect=True)
+"""Run a test that takes `pipeline` (directly or through another fixture) on each Spark line."""
+
+
+@dataclass(frozen=True)
+class SparkLine:
+    """Another Spark installation: the interpreter of its venv and its `--jars`."""
+
+    python: str
+    jars: str
+
+
+@pytest.fixture(scope="session")
+def spark42() -> SparkLine:
+    """The second Spark line: `.venv-spark42` (or `$KTS_SPARK42_PYTHON`) and its connector jars."""
+    python = Path(os.environ.get("KTS_SPARK42_PYTHON", str(ROOT / ".venv-spark42/bin/python")))
+    if not python.exists():
+        pytest.fail(f"no PySpark 4.2 at {python}: run ci/setup_spark42.sh (ci/setup.sh does)")
+    jars = testing.spark_jars_of(str(python), testing.spark42_package_env())
+    return SparkLine(str(python), ",".join(jars))
 
 
 @pytest.fixture
-def pipeline(kafka_bootstrap: str, spark_jars: list[Path], tmp_path: Path) -> Pipeline:
+def pipeline(
+    request: pytest.FixtureRequest, kafka_bootstrap: str, spark_jars: list[Path], tmp_path: Path
+) -> Pipeline:
     name = uuid.uuid4().hex[:10]
     built = Pipeline(
         bootstrap=kafka_bootstrap,
@@ -20,6 +52,9 @@ def pipeline(kafka_bootstrap: str, spark_jars: list[Path], tmp_path: Path) -> Pi
         input=f"in_{name}",
         output=f"out_{name}",
     )
+    if getattr(request, "param", SPARK_LINES[0]) == "4.2":
+        line: SparkLine = request.getfixturevalue("spark42")
+        built.python, built.jars, built.spark_line = line.python, line.jars, "4.2"
     log_format = os.environ.get("KTS_COMMIT_LOG_FORMAT")
     if log_format:
         built.options["commitLogFormat"] = log_format

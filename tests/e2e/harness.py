@@ -16,8 +16,6 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from pyspark import SparkContext
-from pyspark.sql import SparkSession
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
@@ -58,6 +56,7 @@ class Pipeline:
     select: list[str] = field(default_factory=list)  # output columns, SQL over the source
     python: str = sys.executable  # of the driver and the workers (PySpark's version)
     input_dir: Path | None = None  # JSON-lines files as the source instead of the input topic
+    spark_line: str = "4.0"  # the Spark version `python` runs: every successful run is checked
 
     @property
     def commit_log(self) -> Path:
@@ -124,7 +123,11 @@ class Pipeline:
         )
 
     def run(self, failpoint_spec: str = "", master: str = "local[2,4]") -> Outcome:
-        return finish(self.start(failpoint_spec, master))
+        outcome = finish(self.start(failpoint_spec, master))
+        spark = str(outcome.result.get("spark", ""))
+        if outcome.returncode == 0 and not spark.startswith(self.spark_line):
+            raise AssertionError(f"the query ran on Spark {spark}, not {self.spark_line}")
+        return outcome
 
     def wait_reached(
         self, name: str, process: subprocess.Popen[str], timeout_s: float = 180
@@ -152,26 +155,6 @@ class Pipeline:
         if not path.exists():
             return []
         return [json.loads(line)["batch"] for line in path.read_text().splitlines() if line]
-
-
-def stop_spark(session: SparkSession) -> None:
-    """Stop the session and its JVM. Spark's Python workers inherit the environment of the JVM,
-    fixed when it started; so a later module's session (with failpoints in its environment,
-    say) must start a JVM of its own."""
-    session.stop()
-    gateway = SparkContext._gateway
-    if gateway is None:
-        return
-    gateway.shutdown()
-    process = getattr(gateway, "proc", None)
-    if process is not None:
-        process.stdin.close()  # the JVM exits on EOF of its stdin
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-    SparkContext._gateway = None
-    SparkContext._jvm = None
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:

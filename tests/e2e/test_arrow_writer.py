@@ -1,29 +1,27 @@
-"""The Arrow write path (PySpark 4.1+, `DataSourceStreamArrowWriter`) under the row writer's
-failures: a retried task, a query killed after its decision and restarted, a record the topic
-refuses, per-row topics, partitions and headers, and files mode killed mid-batch.
+"""The Arrow write path (PySpark 4.1+, `DataSourceStreamArrowWriter`) where it differs from the
+row writer: a record the topic refuses, per-row topics, partitions and headers, and files mode
+killed mid-batch. (The happy path, a retried task and the driver kill points run on the Arrow
+path too: test_records_exactly_once.py and test_files_mode.py run them on both Spark lines.)
 
-The queries run on PySpark 4.1 from `.venv-spark41` (ci/setup_spark41.sh, which ci/setup.sh
-runs), where kafka_txn takes Arrow batches; this test process stays on the test bed's 4.0. Their
-source is a directory of JSON-lines files, one per batch, because the 4.1.1 Kafka source fails
-every restart (SPARK-55271). Every test checks that the query really took the Arrow path.
+The queries run on PySpark 4.2 from `.venv-spark42` (ci/setup_spark42.sh, which ci/setup.sh
+runs); this test process stays on the test bed's 4.0. Their source is a directory of JSON-lines
+files, one per batch, which sets the rows of each batch exactly. Every test checks that the query
+really took the Arrow path.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from kafka_txn_sink.testing.topics import compare_ids, read_topic
+from tests.e2e.conftest import SparkLine
 from tests.e2e.harness import (
-    ROOT,
     Outcome,
     Pipeline,
-    assert_exactly_once,
     create_small_topic,
     create_topics,
     kill_group,
@@ -38,17 +36,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ARROW_WRITER = "KafkaTxnStreamArrowWriter"
 
 
-@pytest.fixture(scope="session")
-def spark41_python() -> str:
-    path = Path(os.environ.get("KTS_SPARK41_PYTHON", str(ROOT / ".venv-spark41/bin/python")))
-    if not path.exists():
-        pytest.fail(f"no PySpark 4.1 at {path}: run ci/setup_spark41.sh (ci/setup.sh does)")
-    return str(path)
-
-
 @pytest.fixture
-def arrow_pipeline(pipeline: Pipeline, spark41_python: str) -> Pipeline:
-    pipeline.python = spark41_python
+def arrow_pipeline(pipeline: Pipeline, spark42: SparkLine) -> Pipeline:
+    pipeline.python, pipeline.spark_line = spark42.python, "4.2"
     pipeline.input_dir = pipeline.workdir / "input"
     pipeline.jars = ""  # a file source and a Python sink need no connector jars
     return pipeline
@@ -56,7 +46,7 @@ def arrow_pipeline(pipeline: Pipeline, spark41_python: str) -> Pipeline:
 
 def assert_took_arrow(outcome: Outcome) -> None:
     assert outcome.returncode == 0, outcome.error
-    assert str(outcome.result["spark"]).startswith("4.1"), outcome.result
+    assert str(outcome.result["spark"]).startswith("4.2"), outcome.result
     assert outcome.result["writer"] == ARROW_WRITER, outcome.result
 
 
@@ -66,34 +56,6 @@ def write_ids(pipeline: Pipeline, count: int, files: int) -> list[str]:
 
 
 # -- records mode ---------------------------------------------------------------------------
-
-
-def test_retried_task_and_several_batches_are_exactly_once(arrow_pipeline: Pipeline) -> None:
-    arrow_pipeline.partitions = 3
-    ids = write_ids(arrow_pipeline, 600, files=3)
-
-    # The first task to prepare fails after its flush; Spark retries it, fencing the attempt.
-    outcome = arrow_pipeline.run("task.after_flush=raise-once@1")
-
-    assert_took_arrow(outcome)
-    assert outcome.result["rows"] == 600
-    assert arrow_pipeline.reached_batches("task.after_flush") == [1]  # raised once, then retried
-    assert_exactly_once(arrow_pipeline, ids)
-
-
-def test_killed_after_the_decision_then_restarted(arrow_pipeline: Pipeline) -> None:
-    arrow_pipeline.partitions = 2
-    ids = write_ids(arrow_pipeline, 500, files=4)
-
-    process = arrow_pipeline.start("driver.after_decision=block@2")
-    arrow_pipeline.wait_reached("driver.after_decision", process)
-    kill_group(process)
-    decided_before_restart = arrow_pipeline.open_log().decided_batches()
-    restarted = arrow_pipeline.run()
-
-    assert decided_before_restart == [0, 1, 2]
-    assert_took_arrow(restarted)
-    assert_exactly_once(arrow_pipeline, ids)
 
 
 def test_record_the_topic_refuses_fails_the_batch_and_publishes_nothing(

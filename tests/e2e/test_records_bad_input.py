@@ -26,6 +26,7 @@ from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 
 from kafka_txn_sink import failpoints
+from kafka_txn_sink.testing import stop_spark
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import (
     committed_report,
@@ -33,7 +34,6 @@ from tests.e2e.harness import (
     create_topics,
     open_transactions,
     produce_ids,
-    stop_spark,
 )
 from tests.s3_proxy import HeaderDroppingProxy
 

@@ -1,5 +1,7 @@
 """Records mode on a real broker and real Spark: every input id is seen once by read_committed
-consumers, whatever fails, and no transaction of the sink stays open afterwards."""
+consumers, whatever fails, and no transaction of the sink stays open afterwards. The happy path,
+the retried task and the four kill points run on both Spark lines (4.0 rows, 4.2 Arrow batches),
+reading Spark's Kafka source."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import pytest
 from kafka.partitioner.default import murmur2
 
 from kafka_txn_sink.testing.topics import read_topic
+from tests.e2e.conftest import on_both_spark_lines
 from tests.e2e.harness import (
     Pipeline,
     assert_exactly_once,
@@ -21,6 +24,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 N = 1200  # three micro-batches of 400 over three Spark partitions
 
 
+@on_both_spark_lines
 def test_several_batches_over_several_partitions(pipeline: Pipeline) -> None:
     """Also: keys land where Spark's own sink puts them (the Java client's murmur2)."""
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
@@ -28,6 +32,8 @@ def test_several_batches_over_several_partitions(pipeline: Pipeline) -> None:
     outcome = pipeline.run()
 
     assert outcome.returncode == 0, outcome.error
+    if pipeline.spark_line == "4.2":  # Spark 4.1+ hands the sink Arrow batches
+        assert outcome.result["writer"] == "KafkaTxnStreamArrowWriter", outcome.result
     batches = outcome.result["batches"]
     assert isinstance(batches, list) and len(batches) >= 3
     assert_exactly_once(pipeline, ids)
@@ -43,6 +49,7 @@ def test_several_batches_over_several_partitions(pipeline: Pipeline) -> None:
         assert record.partition == (murmur2(record.key) & 0x7FFFFFFF) % 3, record.key
 
 
+@on_both_spark_lines
 def test_task_failing_after_part_of_its_rows_is_retried_once(pipeline: Pipeline) -> None:
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
 
@@ -63,6 +70,7 @@ KILL_POINTS = [
 ]
 
 
+@on_both_spark_lines
 @pytest.mark.parametrize("point", KILL_POINTS)
 def test_query_killed_at_failpoint_then_restarted(pipeline: Pipeline, point: str) -> None:
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)

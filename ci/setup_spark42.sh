@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# A second venv, .venv-spark42, with the PySpark of SPARK42_VERSION
+# (kafka_txn_sink/testing/versions.env) and this package. There kafka_txn takes Arrow batches
+# (DataSourceStreamArrowWriter, new in 4.1), and Spark's 4.2 Kafka source restarts cleanly
+# (SPARK-55271 is fixed in its 4.2.0 jars). ci/setup.sh runs it; the e2e tests marked for
+# both Spark lines and tests/e2e/test_arrow_writer.py run their queries in this venv, and the
+# benchmark takes it as its second line:
+#
+#   .venv/bin/python benchmarks/throughput.py --spark42-python .venv-spark42/bin/python
+#
+# KTS_PYSPARK42_FIND_LINKS=/dir with a downloaded pyspark tarball avoids a second download.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+venv=.venv-spark42
+if [[ ! -x "$venv/bin/python" ]]; then
+  echo "setup_spark42: creating $venv"
+  python3 -m venv "$venv"
+fi
+links=()
+if [[ -n "${KTS_PYSPARK42_FIND_LINKS:-}" ]]; then
+  links=(--find-links "$KTS_PYSPARK42_FIND_LINKS")
+fi
+stamp="$venv/.kts-installed"
+versions=kafka_txn_sink/testing/versions.env
+spark_version="$(sed -n 's/^SPARK42_VERSION=//p' "$versions")"
+[[ -n "$spark_version" ]] || { echo "setup_spark42: SPARK42_VERSION missing in $versions" >&2; exit 1; }
+want="$(cat pyproject.toml "$versions" | sha256sum | cut -d' ' -f1)"
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+  echo "setup_spark42: pip install -e '.[spark]' pyspark==$spark_version"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${links[@]}" \
+    --config-settings editable_mode=compat -e '.[spark]' "pyspark==$spark_version"
+  echo "$want" > "$stamp"
+fi
+
+"$venv/bin/python" -c "import pyspark; print('setup_spark42: pyspark', pyspark.__version__)"

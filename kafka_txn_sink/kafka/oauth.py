@@ -1,0 +1,111 @@
+"""OAUTHBEARER for the driver's client: tokens by the OAuth 2.0 client-credentials grant.
+
+The tasks' librdkafka fetches its own tokens from the same settings
+(`sasl.oauthbearer.method=oidc`); kafka-python needs a token provider object, which this is.
+A token is reused until shortly before it expires; each request is bounded by a timeout.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+
+from kafka.net.sasl.oauth import AbstractTokenProvider
+
+from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
+
+TOKEN_REQUEST_TIMEOUT_S = 10.0
+REFRESH_BEFORE_EXPIRY_S = 30.0
+DEFAULT_LIFETIME_S = 300.0  # when the endpoint does not say (expires_in is optional)
+
+
+class ClientCredentialsTokenProvider(AbstractTokenProvider):
+    """Fetches and caches access tokens from an OAuth 2.0 token endpoint."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        client_id: str,
+        client_secret: str,
+        scope: str | None = None,
+        extensions: Mapping[str, str] | None = None,
+    ):
+        super().__init__()
+        self._endpoint = endpoint
+        self._client_id = client_id
+        self._client_secret = client_secret
+        self._scope = scope
+        self._extensions = dict(extensions or {})
+        self._token: str | None = None
+        self._expires_at = 0.0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, lowered: Mapping[str, str]) -> ClientCredentialsTokenProvider:
+        """The provider that librdkafka's `sasl.oauthbearer.*` settings (lower-cased) describe.
+
+        Raises:
+            ConfigError: a required setting is missing.
+        """
+        required = ("client.id", "client.secret", "token.endpoint.url")
+        missing = [f"kafka.sasl.oauthbearer.{n}" for n in required
+                   if not lowered.get(f"sasl.oauthbearer.{n}")]
+        if missing:
+            raise ConfigError(f"OAUTHBEARER with method oidc needs option(s) {', '.join(missing)}")
+        extensions = lowered.get("sasl.oauthbearer.extensions", "")
+        return cls(
+            endpoint=lowered["sasl.oauthbearer.token.endpoint.url"],
+            client_id=lowered["sasl.oauthbearer.client.id"],
+            client_secret=lowered["sasl.oauthbearer.client.secret"],
+            scope=lowered.get("sasl.oauthbearer.scope") or None,
+            extensions=dict(
+                pair.split("=", 1) for pair in extensions.split(",") if "=" in pair
+            ),
+        )
+
+    def token(self) -> str:
+        """An access token valid for at least `REFRESH_BEFORE_EXPIRY_S` more seconds."""
+        with self._lock:
+            if self._token is None or time.monotonic() >= self._expires_at:
+                self._token, lifetime = self._fetch()
+                self._expires_at = time.monotonic() + max(lifetime - REFRESH_BEFORE_EXPIRY_S, 1)
+            return self._token
+
+    def extensions(self) -> dict[str, str]:
+        """SASL extensions sent with the token (`sasl.oauthbearer.extensions`)."""
+        return dict(self._extensions)
+
+    def _fetch(self) -> tuple[str, float]:
+        form = {"grant_type": "client_credentials"}
+        if self._scope:
+            form["scope"] = self._scope
+        basic = base64.b64encode(f"{self._client_id}:{self._client_secret}".encode()).decode()
+        request = urllib.request.Request(
+            self._endpoint,
+            data=urllib.parse.urlencode(form).encode(),
+            headers={
+                "Authorization": f"Basic {basic}",
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Accept": "application/json",
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=TOKEN_REQUEST_TIMEOUT_S) as response:
+                body = json.loads(response.read())
+        except (urllib.error.URLError, TimeoutError, ValueError) as exc:
+            # The exception text may quote the request; only its kind is safe to show.
+            raise KafkaUnavailableError(
+                f"OAUTHBEARER: no token from kafka.sasl.oauthbearer.token.endpoint.url "
+                f"({type(exc).__name__}: {getattr(exc, 'code', '') or getattr(exc, 'reason', '')})"
+            ) from None
+        token = body.get("access_token") if isinstance(body, dict) else None
+        if not isinstance(token, str) or not token:
+            raise KafkaUnavailableError("OAUTHBEARER: the token endpoint's answer has no "
+                                        "access_token")
+        return token, float(body.get("expires_in") or DEFAULT_LIFETIME_S)
