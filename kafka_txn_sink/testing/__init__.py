@@ -1,7 +1,9 @@
 """The test bed of kafka_txn_sink, from real parts only, and the test kit of its users.
 
 - Apache Kafka's own broker (KRaft, one node) from jars that Maven resolves from Maven Central
-  (``kafka_broker``; versions, cache and Maven in ``jars``).
+  (``kafka_broker``; versions, cache and Maven in ``jars``), also secured as in production: TLS,
+  SASL (SCRAM, PLAIN), mutual TLS and ACLs, from a CA it makes itself (``secured_broker``,
+  ``certificates``).
 - An S3-compatible HTTP server: moto in server mode (``s3_server``).
 - The Spark packages (Kafka source/sink, Avro) that pyspark does not ship (``jars``), and a local
   SparkSession with them (``spark_session``).
@@ -56,6 +58,7 @@ from kafka_txn_sink.testing.s3_server import (
     set_default_aws_env,
     sink_s3_options,
 )
+from kafka_txn_sink.testing.secured_broker import KafkaUser, SecuredKafkaBroker
 from kafka_txn_sink.testing.spark_session import BOOTSTRAP_CONF, local_spark, stop_spark
 
 __all__ = [
@@ -69,7 +72,9 @@ __all__ = [
     "ExternalKafkaBroker",
     "ExternalS3Server",
     "KafkaBroker",
+    "KafkaUser",
     "S3Server",
+    "SecuredKafkaBroker",
     "TestbedError",
     "cache_dir",
     "create_bucket",

@@ -14,7 +14,7 @@ import subprocess
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kafka_txn_sink.testing.errors import TestbedError
 from kafka_txn_sink.testing.jars import default_kafka_version, kafka_jars
@@ -32,8 +32,6 @@ BROKER_DEFAULTS: dict[str, object] = {
     "process.roles": "broker,controller",
     "node.id": 1,
     "controller.listener.names": "CONTROLLER",
-    "inter.broker.listener.name": "PLAINTEXT",
-    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
     "transaction.state.log.replication.factor": 1,
     "transaction.state.log.min.isr": 1,
     "transaction.state.log.num.partitions": 4,
@@ -89,17 +87,25 @@ def _major(version: str) -> int:
 QUIET: dict[str, str | int | float] = {"log_level": 0, "socket.timeout.ms": 5000}
 
 
-def _admin(bootstrap: str) -> Any:
+SettingValue = str | int | float | bool
+"""The value of one librdkafka setting."""
+Settings = Mapping[str, SettingValue]
+"""librdkafka settings of a client, other than ``bootstrap.servers`` (e.g. its security)."""
+
+
+def admin_client(bootstrap: str, settings: Settings | None = None) -> Any:
+    """A quiet ``confluent_kafka`` AdminClient of ``bootstrap`` with ``settings``."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    return AdminClient({"bootstrap.servers": bootstrap, **QUIET, **(settings or {})})
 
 
-def probe_broker(bootstrap: str, timeout: float = 5.0) -> bool | None:
+def probe_broker(bootstrap: str, timeout: float = 5.0,
+                 settings: Settings | None = None) -> bool | None:
     """True when metadata is served and a transactional producer can init; else None."""
     from confluent_kafka import Producer
 
-    metadata = _admin(bootstrap).list_topics(timeout=timeout)
+    metadata = admin_client(bootstrap, settings).list_topics(timeout=timeout)
     if not metadata.brokers:
         return None
     producer = Producer({
@@ -107,6 +113,7 @@ def probe_broker(bootstrap: str, timeout: float = 5.0) -> bool | None:
         "transactional.id": f"testbed-probe-{uuid.uuid4().hex}",
         "transaction.timeout.ms": 10000,
         **QUIET,
+        **(settings or {}),
     })
     producer.init_transactions(timeout)  # raises KafkaException until the coordinator is up
     return True
@@ -120,11 +127,12 @@ def wait_broker_ready(bootstrap: str, timeout: float = 90.0,
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 3,
-                 config: Mapping[str, str] | None = None, timeout: float = 30.0) -> None:
+                 config: Mapping[str, str] | None = None, timeout: float = 30.0,
+                 settings: Settings | None = None) -> None:
     """Create a topic and wait until every partition has a leader in the metadata."""
     from confluent_kafka.admin import NewTopic
 
-    admin = _admin(bootstrap)
+    admin = admin_client(bootstrap, settings)
     topic = NewTopic(name, num_partitions=partitions, replication_factor=1,
                      config=dict(config or {}))
     admin.create_topics([topic], request_timeout=timeout)[name].result(timeout=timeout)
@@ -138,12 +146,23 @@ def create_topic(bootstrap: str, name: str, partitions: int = 3,
     wait_for(ready, timeout, f"metadata of topic {name}")
 
 
+CONTROLLER = "CONTROLLER"
+
+
 class KafkaBroker:
     """A single-node KRaft Kafka broker+controller on loopback ports, data in ``workdir``.
 
     Ports are chosen on the first start and kept, so ``restart()`` gives the same bootstrap
-    address and the same data.
+    address and the same data. A subclass changes the listeners (``LISTENERS``), the broker's
+    settings (``config``), what is written before a start (``_write_files``), the options of
+    the storage format and the client the test bed itself uses (``setup_settings``).
     """
+
+    #: Listener name -> security protocol; ``bootstrap`` is the first one's address and
+    #: ``CONTROLLER`` the KRaft controller's own (never advertised).
+    LISTENERS: ClassVar[Mapping[str, str]] = {"PLAINTEXT": "PLAINTEXT", CONTROLLER: "PLAINTEXT"}
+    #: The listener the broker talks to itself on.
+    INTER_BROKER_LISTENER: ClassVar[str] = "PLAINTEXT"
 
     def __init__(self, workdir: Path | str, version: str | None = None,
                  extra_config: Mapping[str, object] | None = None, heap: str = "768m",
@@ -153,8 +172,7 @@ class KafkaBroker:
         self.extra_config = dict(extra_config or {})
         self.heap = heap
         self.detached = detached
-        self._port: int | None = None
-        self._controller_port: int | None = None
+        self._ports: dict[str, int] = {}
         self._proc: subprocess.Popen[bytes] | None = None
 
     # ---- properties -------------------------------------------------------------------------
@@ -166,10 +184,14 @@ class KafkaBroker:
 
     @property
     def bootstrap(self) -> str:
-        """``127.0.0.1:port`` of the PLAINTEXT listener (known once started)."""
-        if self._port is None:
-            raise TestbedError("the broker has not been started yet")
-        return f"{LOOPBACK}:{self._port}"
+        """``127.0.0.1:port`` of the first listener (known once started)."""
+        return self.address(next(iter(self.LISTENERS)))
+
+    def address(self, listener: str) -> str:
+        """``127.0.0.1:port`` of ``listener`` (known once started)."""
+        if listener not in self._ports:
+            raise TestbedError(f"the broker has not been started yet (listener {listener})")
+        return f"{LOOPBACK}:{self._ports[listener]}"
 
     @property
     def log_path(self) -> Path:
@@ -199,19 +221,31 @@ class KafkaBroker:
 
     def config(self) -> dict[str, object]:
         """The effective server.properties: defaults, listeners, then ``extra_config``."""
-        assert self._port is not None and self._controller_port is not None
         conf: dict[str, object] = dict(BROKER_DEFAULTS)
         if _major(self.version) >= 4:
             conf.update(BROKER_DEFAULTS_4X)
-        conf.update({
-            "listeners": f"PLAINTEXT://{LOOPBACK}:{self._port},"
-                         f"CONTROLLER://{LOOPBACK}:{self._controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{self._port}",
-            "controller.quorum.voters": f"1@{LOOPBACK}:{self._controller_port}",
-            "log.dirs": str(self.data_dir),
-        })
+        conf.update(self._listener_config())
+        conf["log.dirs"] = str(self.data_dir)
         conf.update(self.extra_config)
         return conf
+
+    def _listener_config(self) -> dict[str, object]:
+        """The settings of the listeners (and, in a subclass, of their security)."""
+        return {
+            "listeners": ",".join(f"{name}://{self.address(name)}" for name in self.LISTENERS),
+            "advertised.listeners": ",".join(
+                f"{name}://{self.address(name)}" for name in self.LISTENERS
+                if name != CONTROLLER),
+            "listener.security.protocol.map": ",".join(
+                f"{name}:{protocol}" for name, protocol in self.LISTENERS.items()),
+            "inter.broker.listener.name": self.INTER_BROKER_LISTENER,
+            "controller.quorum.voters": f"1@{self.address(CONTROLLER)}",
+        }
+
+    def setup_settings(self) -> dict[str, SettingValue]:
+        """librdkafka settings (besides ``bootstrap.servers``) of the client the test bed uses
+        for probes and topics: none on this plaintext broker."""
+        return {}
 
     def _write_files(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -238,7 +272,11 @@ class KafkaBroker:
         uuid_run = self._run_tool("kafka.tools.StorageTool", "random-uuid")
         cluster_id = uuid_run.strip().splitlines()[-1].strip()
         self._run_tool("kafka.tools.StorageTool", "format", "-t", cluster_id,
-                       "-c", str(self.config_path))
+                       "-c", str(self.config_path), *self._format_options())
+
+    def _format_options(self) -> list[str]:
+        """More options of the storage format (e.g. SCRAM credentials): none here."""
+        return []
 
     def _run_tool(self, *args: str) -> str:
         done = subprocess.run(self._java(*args), capture_output=True, text=True, timeout=120,
@@ -254,8 +292,8 @@ class KafkaBroker:
         """Start (or start again) the broker and wait until transactions work."""
         if self.is_running():
             return self.bootstrap
-        if self._port is None:
-            self._port, self._controller_port = free_port(), free_port()
+        if not self._ports:
+            self._ports = {name: free_port() for name in self.LISTENERS}
         self._write_files()
         self._format_storage()
         cmd = self._java("kafka.Kafka", str(self.config_path), server=True)
@@ -263,7 +301,7 @@ class KafkaBroker:
         def ready() -> bool | None:
             if not self.is_running():
                 raise TestbedError(f"the Kafka broker exited during start\n{self._diagnose()}")
-            return probe_broker(self.bootstrap)
+            return probe_broker(self.bootstrap, settings=self.setup_settings())
 
         try:
             wait_for(ready, timeout, f"Kafka {self.version} at {self.bootstrap}", interval=1.0,
@@ -301,12 +339,14 @@ class KafkaBroker:
     def create_topic(self, name: str, partitions: int = 3,
                      config: Mapping[str, str] | None = None, timeout: float = 30.0) -> str:
         """Create topic ``name`` on this broker (see ``create_topic``); returns the name."""
-        create_topic(self.bootstrap, name, partitions, config, timeout)
+        create_topic(self.bootstrap, name, partitions, config, timeout,
+                     settings=self.setup_settings())
         return name
 
     def __repr__(self) -> str:
-        port = self._port or "-"
-        return f"KafkaBroker(version={self.version}, port={port}, workdir={self.workdir})"
+        port = self._ports.get(next(iter(self.LISTENERS)), "-")
+        return (f"{type(self).__name__}(version={self.version}, port={port}, "
+                f"workdir={self.workdir})")
 
 
 class ExternalKafkaBroker:
