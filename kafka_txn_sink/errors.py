@@ -61,3 +61,12 @@ class KafkaUnavailableError(KafkaTxnSinkError):
 
 class StagingError(KafkaTxnSinkError):
     """An output file (files mode) could not be written, uploaded, listed or deleted."""
+
+
+class PermissionDeniedError(KafkaTxnSinkError):
+    """The brokers refused an operation the sink needs: the error names the permission, the
+    resource and the principal, and how to grant it."""
+
+
+class AuthenticationFailedError(KafkaTxnSinkError):
+    """The brokers refused the client's credentials; the error names the mechanism."""

@@ -9,11 +9,17 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from kafka_txn_sink.errors import KafkaUnavailableError
 from kafka_txn_sink.kafka.client_cache import ClientCache
+from kafka_txn_sink.kafka.permissions import (
+    CLUSTER_DESCRIBE_CONFIGS,
+    denied,
+    refused,
+    topic_permission,
+)
 
 MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
 # How long a shared Cluster trusts what it learnt: the brokers' transaction.max.timeout.ms and
@@ -39,9 +45,13 @@ class Cluster:
     """The driver's librdkafka admin client: topics, limits, and the fate probe."""
     def __init__(self, bootstrap: str, kafka: Mapping[str, str], timeout_ms: int = 15_000):
         self._bootstrap = bootstrap
+        self._kafka = dict(kafka)
         self._config = client_config(bootstrap, kafka, timeout_ms)
         self._timeout_s = timeout_ms / 1000
-        self._admin = AdminClient(self._config)
+        # librdkafka reports a refused login here only; a request then fails as "transport".
+        self._login_refused: KafkaError | None = None
+        admin_config: dict[str, Any] = {**self._config, "error_cb": self._on_error}
+        self._admin = AdminClient(admin_config)
         self._facts_lock = threading.Lock()
         self._max_timeout: tuple[float, int] | None = None  # (learnt at, value)
         self._topics_seen: dict[str, float] = {}  # topic -> when it was last seen to exist
@@ -54,9 +64,34 @@ class Cluster:
             return True
         exists = self.topic_partitions(topic) is not None
         if exists:
+            self._check_topic_permissions(topic)
             with self._facts_lock:
                 self._topics_seen[topic] = time.monotonic()
         return exists
+
+    def _check_topic_permissions(self, topic: str) -> None:
+        """Refuse at the start a topic the sink may not write, or read back (the fate probe
+        reads a participant's first record when its EndTxn failed), naming the permission.
+
+        The brokers say what the caller may do (KIP-430); brokers that do not say, or a
+        request that fails, leave the check to the steps themselves.
+        """
+        future = self._admin.describe_topics(
+            TopicCollection([topic]),
+            include_authorized_operations=True,
+            request_timeout=self._timeout_s,
+        )[topic]
+        try:
+            allowed = {op.name for op in future.result(timeout=self._timeout_s)
+                       .authorized_operations or []}  # fmt: skip
+        except (KafkaException, TimeoutError):
+            return
+        if not allowed or "ALL" in allowed:
+            return
+        for operation in ("WRITE", "READ"):
+            if operation not in allowed:
+                permission = topic_permission(operation.capitalize(), topic)
+                raise denied(permission, self._kafka, f"checking what the sink may do on {topic}")
 
     def cached_max_transaction_timeout_ms(self) -> int:
         """`max_transaction_timeout_ms`, asked again after FACTS_TTL_S."""
@@ -73,6 +108,13 @@ class Cluster:
         """Number of partitions of `topic`, None if it does not exist."""
         metadata = self._metadata(topic)
         found = metadata.topics.get(topic)
+        if found is not None and found.error is not None:
+            denial = refused(
+                found.error.code(), found.error.str(), self._kafka, f"looking up topic {topic}",
+                topic_permission("Write", topic),
+            )
+            if denial is not None:
+                raise denial
         if found is None or found.error is not None:
             return None
         return len(found.partitions)
@@ -86,7 +128,12 @@ class Cluster:
             try:
                 entries = future.result(timeout=self._timeout_s)
             except KafkaException as exc:
-                raise KafkaUnavailableError(f"DescribeConfigs failed: {exc}") from exc
+                error = exc.args[0]
+                step = "reading the brokers' transaction.max.timeout.ms"
+                denial = refused(
+                    error.code(), error.str(), self._kafka, step, CLUSTER_DESCRIBE_CONFIGS
+                )
+                raise denial or KafkaUnavailableError(f"DescribeConfigs failed: {exc}") from exc
             values.append(int(entries[MAX_TIMEOUT_CONFIG].value))
         return min(values)
 
@@ -109,16 +156,32 @@ class Cluster:
         try:
             consumer.assign([TopicPartition(topic, partition, offset)])
             return _probe(consumer, offset, time.monotonic() + self._timeout_s)
+        except KafkaException as exc:
+            error = exc.args[0]
+            step = f"reading back record {offset} of {topic}-{partition} (the fate probe)"
+            denial = refused(
+                error.code(), error.str(), self._kafka, step, topic_permission("Read", topic)
+            )
+            raise denial or KafkaUnavailableError(f"{step} failed: {error.str()}") from exc
         finally:
             consumer.close()
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            self._login_refused = error
 
     def _metadata(self, topic: str | None) -> Any:
         try:
             return self._admin.list_topics(topic=topic, timeout=self._timeout_s)
         except KafkaException as exc:
-            raise KafkaUnavailableError(
+            self._admin.poll(0)  # serves error_cb
+            error = self._login_refused or (exc.args[0] if exc.args else None)
+            denial = error and refused(
+                error.code(), error.str(), self._kafka, f"connecting to {self._bootstrap}"
+            )
+            raise denial or KafkaUnavailableError(
                 f"cannot reach Kafka at kafka.bootstrap.servers={self._bootstrap}: "
-                f"{exc.args[0].str() if exc.args else exc}"
+                f"{error.str() if error else exc}"
             ) from exc
 
 
@@ -130,11 +193,15 @@ def _probe(consumer: Consumer, offset: int, deadline: float) -> bool | None:
         error = message.error()
         if error is None:
             return message.offset() == offset
+        if error.code() in _REFUSED:
+            raise KafkaException(error)
         # At the end of what read_committed may see: past the offset means it was skipped.
         if error.code() == KafkaError._PARTITION_EOF and (message.offset() or 0) > offset:
             return False
     return None
 
+
+_REFUSED = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError._AUTHENTICATION)
 
 _PRODUCER_ONLY = ("linger", "batch.", "compression", "queue.buffering", "message.", "partitioner")
 

@@ -17,6 +17,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kafka_txn_sink.errors import InputError, KafkaTxnSinkError, KafkaUnavailableError
+from kafka_txn_sink.kafka.permissions import refused, topic_permission
 from kafka_txn_sink.protocol.messages import OffsetRanges, Triple
 
 # The producer id and epoch are read from the first statistics sample after the flush, so this
@@ -131,6 +132,7 @@ class TaskTransaction:
         self._deliveries = _Deliveries()
         self._stats = _EosStats()
         self._txn_id = str(config["transactional.id"])
+        self._config = config
         self._producer: Producer | None = Producer(
             {
                 **config,
@@ -151,7 +153,8 @@ class TaskTransaction:
             self._client.init_transactions(self._timeout_s)
             self._client.begin_transaction()
         except KafkaException as exc:
-            raise _kafka_failure(f"init_transactions for {self._txn_id}", exc) from exc
+            what = f"init_transactions for {self._txn_id}"
+            raise _kafka_failure(what, exc, self._config) from exc
 
     def send(
         self,
@@ -178,7 +181,7 @@ class TaskTransaction:
             except BufferError:
                 self._produce_when_room(topic, value, key, extra)
         except KafkaException as exc:
-            raise _produce_failure(topic, value, key, exc) from exc
+            raise _produce_failure(topic, value, key, exc, self._config) from exc
         except SystemError as exc:
             raise self._fatal(exc) from exc
         self._sent += 1
@@ -208,7 +211,7 @@ class TaskTransaction:
                     self._sent = served + sent
                     self._serve_deliveries()
         except KafkaException as exc:
-            raise _produce_failure(topic, value, key, exc) from exc
+            raise _produce_failure(topic, value, key, exc, self._config) from exc
         except SystemError as exc:
             raise self._fatal(exc) from exc
         finally:
@@ -310,9 +313,23 @@ class TaskTransaction:
                 f"broker accepts (message.max.bytes / max.message.bytes): check the value "
                 f"and key columns; nothing of this batch is published"
             )
+        topic = self._deliveries.error_topic
+        step = f"producing to {topic} in {self._txn_id} (nothing of this batch is published)"
+        denial = refused(
+            error.code(), error.str(), self._config, step, topic_permission("Write", str(topic)),
+            self._txn_id,
+        )
+        if denial is not None:
+            raise denial
+        cause = (
+            " (the transaction failed before its records were sent; the producer's log "
+            "names why, e.g. TOPIC_AUTHORIZATION_FAILED when Write on the topic is missing)"
+            if error.code() in PURGED
+            else ""
+        )
         raise KafkaTxnSinkError(
-            f"delivery to {self._deliveries.error_topic} failed in {self._txn_id}: "
-            f"{error.str()}; nothing of this batch is published"
+            f"delivery to {topic} failed in {self._txn_id}: "
+            f"{error.str()}{cause}; nothing of this batch is published"
         )
 
     def _read_triple(self) -> Triple:
@@ -330,17 +347,33 @@ class TaskTransaction:
         )
 
 
-def _kafka_failure(what: str, exc: KafkaException) -> KafkaTxnSinkError:
+def _kafka_failure(
+    what: str, exc: KafkaException, config: Mapping[str, Any]
+) -> KafkaTxnSinkError:
     error: KafkaError = exc.args[0]
+    denial = refused(error.code(), error.str(), config, what, txn_id=config["transactional.id"])
+    if denial is not None:
+        return denial
     if error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
         return KafkaUnavailableError(f"{what} failed: {error.str()}")
     return KafkaTxnSinkError(f"{what} failed: {error.str()}")
 
 
 def _produce_failure(
-    topic: str, value: bytes | None, key: bytes | None, exc: KafkaException
+    topic: str,
+    value: bytes | None,
+    key: bytes | None,
+    exc: KafkaException,
+    config: Mapping[str, Any],
 ) -> KafkaTxnSinkError:
     error: KafkaError = exc.args[0]
+    step = f"producing to {topic} in {config['transactional.id']}"
+    denial = refused(
+        error.code(), error.str(), config, step, topic_permission("Write", topic),
+        config["transactional.id"],
+    )
+    if denial is not None:
+        return denial
     if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
         size = len(value or b"") + len(key or b"")
         return InputError(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import kafka.errors as kafka_errors
@@ -25,9 +25,10 @@ from kafka.protocol.admin.transactions import (
 from kafka.protocol.metadata import CoordinatorType
 from kafka.protocol.producer import EndTxnRequest
 
-from kafka_txn_sink.errors import KafkaUnavailableError
+from kafka_txn_sink.errors import KafkaTxnSinkError, KafkaUnavailableError
 from kafka_txn_sink.kafka.admin_api import NOT_FOUND, ONGOING, EndTxnResult, TxnState
 from kafka_txn_sink.kafka.client_cache import ClientCache
+from kafka_txn_sink.kafka.permissions import refused
 from kafka_txn_sink.kafka.security import driver_settings
 from kafka_txn_sink.protocol.messages import Triple
 
@@ -63,6 +64,7 @@ class TxnAdmin:
 
     def __init__(self, bootstrap: str, kafka: Mapping[str, str], timeout_ms: int = 30_000):
         self._timeout_ms = timeout_ms
+        self._kafka = dict(kafka)
         try:
             self._admin = KafkaAdminClient(**admin_settings(bootstrap, kafka, timeout_ms))
         except kafka_errors.KafkaError as exc:
@@ -115,9 +117,16 @@ class TxnAdmin:
             return [await future for future in futures]
 
         results: list[EndTxnResult] = []
+        ids = [t.transactional_id for t in wanted]
         for start in range(0, len(wanted), MAX_IN_FLIGHT // 2):
             chunk = wanted[start : start + MAX_IN_FLIGHT // 2]
-            results.extend(self._run(run_all, chunk))
+            results.extend(self._run(run_all, chunk, ids=ids))
+        for result in results:
+            # Refused, the EndTxn did nothing: that is no question of the transaction's fate.
+            if result.error == kafka_errors.TransactionalIdAuthorizationFailedError.__name__:
+                raise self._refusal(
+                    kafka_errors.TransactionalIdAuthorizationFailedError(), "EndTxn", ids
+                )
         return results
 
     async def _end_one(self, triple: Triple, commit: bool, deadline: float) -> EndTxnResult:
@@ -177,7 +186,7 @@ class TxnAdmin:
                     states[txn.transactional_id] = _state_of(txn)
             return states
 
-        return self._run(run)
+        return self._run(run, ids=ids)
 
     # -- ListTransactions -----------------------------------------------------------------------
 
@@ -208,14 +217,25 @@ class TxnAdmin:
 
     # -- plumbing -------------------------------------------------------------------------------
 
-    def _run(self, coroutine: Any, *args: Any) -> Any:
+    def _run(self, coroutine: Any, *args: Any, ids: Sequence[str] = ()) -> Any:
         try:
             with self._lock:
                 return self._manager.run(coroutine, *args)
         except kafka_errors.KafkaError as exc:
-            raise KafkaUnavailableError(
-                f"Kafka request failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._refusal(exc, "a request", ids) from exc
+
+    def _refusal(
+        self, exc: kafka_errors.KafkaError, what: str, ids: Sequence[str]
+    ) -> KafkaTxnSinkError:
+        """The error for a failed request about `ids`: a named permission when refused."""
+        step = f"{what} for transactional id {ids[0]}" if ids else what
+        denial = refused(
+            int(getattr(exc, "errno", 0) or 0), type(exc).__name__, self._kafka, step,
+            txn_id=ids[0] if ids else None,
+        )
+        if denial is not None:
+            return denial
+        return KafkaUnavailableError(f"Kafka request failed: {type(exc).__name__}: {exc}")
 
     async def _coordinators_of(self, txn_ids: Iterable[str]) -> dict[str, int]:
         """One batched FindCoordinator (v4+) for the ids not cached yet."""

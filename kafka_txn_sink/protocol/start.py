@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 
 from kafka_txn_sink.commit_log import CommitLog
-from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.errors import ConfigError, PermissionDeniedError
 from kafka_txn_sink.kafka.admin_api import ClusterFacts, TransactionAdmin
 from kafka_txn_sink.kafka.cluster import discard_cluster
 from kafka_txn_sink.options import (
@@ -195,6 +195,8 @@ def resolve_against_cluster(
     Raises:
         KafkaUnavailableError: the brokers cannot be reached.
         ConfigError: the topic is missing, or the timeout is above the brokers' maximum.
+        PermissionDeniedError: the topic may not be described, or (without option
+            transactionTimeoutMs) the brokers' configuration read.
     """
     if cluster is None:
         cluster = shared_cluster_of(options)
@@ -207,8 +209,16 @@ def resolve_against_cluster(
         raise ConfigError(
             f"topic {refs!r} (option {REFERENCES_TOPIC}) does not exist on the cluster"
         )
-    broker_max = cluster.cached_max_transaction_timeout_ms()
     wanted = options.transaction_timeout_ms
+    try:
+        broker_max = cluster.cached_max_transaction_timeout_ms()
+    except PermissionDeniedError as exc:
+        if wanted is None:
+            raise PermissionDeniedError(
+                f"{exc}. Or set option {TRANSACTION_TIMEOUT}, which needs no such permission"
+            ) from None
+        # The tasks' InitProducerId is refused if `wanted` is above the brokers' maximum.
+        return options
     if wanted is None:
         return options.with_transaction_timeout(broker_max)
     if wanted > broker_max:
