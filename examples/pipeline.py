@@ -61,9 +61,20 @@ def build_spark(master: str, jars: str) -> Any:
     )
     if jars:
         builder = builder.config("spark.jars", jars)
+    for name, value in executor_environment().items():
+        builder = builder.config(f"spark.executorEnv.{name}", value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def executor_environment() -> dict[str, str]:
+    """The failpoint settings of this process: executors in JVMs of their own (a standalone
+    cluster) see only the environment their worker gives them, plus spark.executorEnv.*."""
+    from kafka_txn_sink import failpoints
+
+    names = (failpoints.ENV, failpoints.ENV_DIR, failpoints.ENV_MAX)
+    return {name: os.environ[name] for name in names if os.environ.get(name)}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

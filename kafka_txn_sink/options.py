@@ -328,7 +328,12 @@ class SinkOptions:
         return self.commit_timeout_ms / 1000
 
     def producer_config(self, txn_id: str) -> dict[str, Any]:
-        """The settings of a transactional producer of id `txn_id` (tasks and republishing)."""
+        """The settings of a transactional producer of id `txn_id` (tasks and republishing).
+
+        Its secrets are masked in this process's logs from now on: tasks get the options
+        unpickled, never parsed.
+        """
+        mask_in_logs(v for k, v in self.kafka.items() if is_secret(k))
         return producer_config(
             self.bootstrap_servers, self.kafka, txn_id, self.require_transaction_timeout()
         )

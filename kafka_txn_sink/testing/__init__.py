@@ -4,6 +4,8 @@
   (``kafka_broker``; versions, cache and Maven in ``jars``), also secured as in production: TLS,
   SASL (SCRAM, PLAIN), mutual TLS and ACLs, from a CA it makes itself (``secured_broker``,
   ``certificates``).
+- A Spark standalone cluster (a master and workers on loopback) and a virtual environment with
+  the package installed from its wheel, for executors in JVMs of their own (``spark_cluster``).
 - An S3-compatible HTTP server: moto in server mode (``s3_server``).
 - The Spark packages (Kafka source/sink, Avro) that pyspark does not ship (``jars``), and a local
   SparkSession with them (``spark_session``).

@@ -1,0 +1,102 @@
+"""Command line: explore one configuration and print the states, the result and, on a
+violation, the shortest trace to it.
+
+    python -m model.txn_model --variant current --drivers 2 --batches 2 --partitions 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from model.txn_model.config import Config, Variant
+from model.txn_model.explore import Result, StateCapExceeded, explore
+
+
+def parse(argv: list[str]) -> Config:
+    """The configuration the arguments name."""
+    parser = argparse.ArgumentParser(
+        prog="python -m model.txn_model",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--variant", choices=[v.value for v in Variant], default="current")
+    parser.add_argument("--batches", type=int, default=2)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument(
+        "--drivers",
+        type=int,
+        default=2,
+        help="runs that may start in all (first, restarts, a second driver)",
+    )
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="start a run only when every earlier run crashed or stopped",
+    )
+    parser.add_argument("--crashes", type=int, default=0)
+    parser.add_argument("--timeouts", type=int, default=0)
+    parser.add_argument("--late-attempts", type=int, default=0)
+    parser.add_argument("--retries", type=int, default=0)
+    parser.add_argument("--zombies", type=int, default=0)
+    parser.add_argument("--slots", type=int, default=2, help="size of the slot pool (owned)")
+    parser.add_argument(
+        "--cleanup-reads-log-first",
+        action="store_true",
+        help="the clean-up reads the log before describing (the wrong order of owned rule 8)",
+    )
+    parser.add_argument("--max-states", type=int, default=2_000_000)
+    args = parser.parse_args(argv)
+    if args.slots < 2:
+        parser.error("--slots must be at least 2 (a new run never takes the owner's slot)")
+    return Config(
+        variant=Variant(args.variant),
+        batches=args.batches,
+        partitions=args.partitions,
+        drivers=args.drivers,
+        concurrent=not args.sequential,
+        crashes=args.crashes,
+        timeouts=args.timeouts,
+        late_attempts=args.late_attempts,
+        retries=args.retries,
+        zombies=args.zombies,
+        slots=args.slots,
+        cleanup_reads_log_first=args.cleanup_reads_log_first,
+        max_states=args.max_states,
+    )
+
+
+def report(result: Result) -> str:
+    """The result as the CLI prints it."""
+    lines = [
+        result.config.describe(),
+        f"states: {result.states}  final states: {result.final_states}  "
+        f"time: {result.seconds:.1f} s",
+        f"result: {'OK' if result.ok else 'VIOLATION: ' + str(result.violation)}",
+    ]
+    if result.ok:
+        ended = ", ".join(f"{k} {v}" for k, v in sorted(result.stops.items()))
+        lines.append(
+            f"runs in final states: {ended or 'none'}; final states with an open "
+            f"transaction: {result.final_with_open_txns}"
+        )
+    else:
+        lines.append("shortest trace:")
+        lines += [f"  {i:2d}. {step}" for i, step in enumerate(result.trace, 1)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; exit status 0 when OK, 1 on a violation, 2 when the state cap is hit."""
+    config = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        result = explore(config)
+    except StateCapExceeded as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(report(result))
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

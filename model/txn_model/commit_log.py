@@ -1,0 +1,152 @@
+"""The sink's commit log: records created put-if-absent and never changed.
+
+Variant `current` uses it as the product does today: one decision record and one completion
+record per batch, each written only if absent. Variant `owned` uses it as a put-if-absent
+*sequence*: entry k is written only if no entry k exists, so appending is a compare-and-set on
+the log's length, and every reader sees the same order. There, a run appends an owner entry
+before anything else, and a decision counts only if the latest owner entry before it is its
+writer's (so a decision appended after a newer run became owner is void).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import NamedTuple
+
+from model.txn_model.config import Variant
+from model.txn_model.coordinator import Triple
+
+
+class Kind(str, Enum):
+    """Kinds of log entries."""
+
+    OWNER = "owner"  # owned: run R owns the sink from here on, with slot S
+    DECISION = "decision"  # batch N commits exactly these participants: the commit point
+    COMPLETION = "completion"  # every participant of batch N is settled
+    RELEASE = "release"  # owned: run R stopped and its tasks are done; its slot is free
+
+
+class Participant(NamedTuple):
+    """One prepared transaction a decision commits."""
+
+    partition: int
+    triple: Triple
+
+
+class Entry(NamedTuple):
+    """One record of the log (fields a kind does not use keep their defaults)."""
+
+    kind: Kind
+    run: int
+    batch: int = -1
+    slot: int = -1
+    participants: tuple[Participant, ...] = ()
+
+    def __str__(self) -> str:
+        if self.kind is Kind.OWNER:
+            return f"owner(run {self.run}, slot {self.slot})"
+        if self.kind is Kind.RELEASE:
+            return f"release(run {self.run})"
+        if self.kind is Kind.COMPLETION:
+            return f"completion(batch {self.batch})"
+        parts = ", ".join(str(p.triple) for p in self.participants)
+        return f"decision(batch {self.batch}, run {self.run}: {parts})"
+
+
+Log = tuple[Entry, ...]
+
+
+def txn_id(variant: Variant, slot: int, partition: int) -> str:
+    """The transactional id a task of `partition` uses (sink id `s`)."""
+    if variant is Variant.CURRENT:
+        return f"s-{partition}"
+    return f"s-{slot}-{partition}"
+
+
+def slot_of(txn_id: str) -> int:
+    """The slot an owned-variant id belongs to."""
+    return int(txn_id.split("-")[1])
+
+
+def latest_owner(log: Log, before: int | None = None) -> Entry | None:
+    """The latest owner entry (among the first `before` entries, if given)."""
+    for entry in reversed(log[:before]):
+        if entry.kind is Kind.OWNER:
+            return entry
+    return None
+
+
+def superseded_by(log: Log, run: int) -> int | None:
+    """The run that took the sink over from `run`, if one did (owned)."""
+    owner = latest_owner(log)
+    return owner.run if owner is not None and owner.run != run else None
+
+
+def decisions(log: Log, variant: Variant) -> dict[int, Entry]:
+    """The decision that counts for each decided batch.
+
+    In `owned`, the first decision of a batch whose writer was the owner when it was appended;
+    in `current` there is at most one decision per batch.
+    """
+    found: dict[int, Entry] = {}
+    for index, entry in enumerate(log):
+        if entry.kind is not Kind.DECISION or entry.batch in found:
+            continue
+        if variant is Variant.OWNED:
+            owner = latest_owner(log, index)
+            if owner is None or owner.run != entry.run:
+                continue
+        found[entry.batch] = entry
+    return found
+
+
+def completed(log: Log) -> set[int]:
+    """Batches with a completion entry."""
+    return {entry.batch for entry in log if entry.kind is Kind.COMPLETION}
+
+
+def incomplete(log: Log, variant: Variant) -> list[Entry]:
+    """Decisions without a completion, in batch order: what roll-forward must finish."""
+    done = completed(log)
+    return [d for b, d in sorted(decisions(log, variant).items()) if b not in done]
+
+
+def held(log: Log, variant: Variant) -> set[Triple]:
+    """Triples no clean-up or abort may touch: those of incomplete decisions."""
+    return {p.triple for d in incomplete(log, variant) for p in d.participants}
+
+
+def decided_triples(log: Log, variant: Variant) -> set[Triple]:
+    """Triples of every decision that counts, complete or not."""
+    return {p.triple for d in decisions(log, variant).values() for p in d.participants}
+
+
+def choose_slot(log: Log, slots: int) -> int:
+    """The slot a new run takes (owned): the lowest slot never used or whose last holder
+    released it; else the slot whose last holder became owner longest ago (never the current
+    owner's, since there are at least two slots)."""
+    released = {entry.run for entry in log if entry.kind is Kind.RELEASE}
+    holder_at: dict[int, tuple[int, int]] = {}  # slot -> (index of its last owner entry, run)
+    for index, entry in enumerate(log):
+        if entry.kind is Kind.OWNER:
+            holder_at[entry.slot] = (index, entry.run)
+    free = [s for s in range(slots) if s not in holder_at or holder_at[s][1] in released]
+    if free:
+        return min(free)
+    return min(holder_at, key=lambda s: holder_at[s][0])
+
+
+def slot_holder(log: Log, slot: int) -> int | None:
+    """The run that last took `slot`, if any."""
+    for entry in reversed(log):
+        if entry.kind is Kind.OWNER and entry.slot == slot:
+            return entry.run
+    return None
+
+
+def owner_index(log: Log, run: int) -> int | None:
+    """Where `run`'s owner entry is in the log."""
+    for index, entry in enumerate(log):
+        if entry.kind is Kind.OWNER and entry.run == run:
+            return index
+    return None

@@ -1,0 +1,71 @@
+"""What one exploration covers: the protocol variant and the bounds on every fault."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Variant(str, Enum):
+    """Which protocol the drivers and tasks follow."""
+
+    CURRENT = "current"
+    """What the product does today: ids `{sinkId}-{partition}` shared by every run, one
+    put-if-absent decision record per batch, a clean-up that aborts every open transaction of
+    the sink that no incomplete decision holds."""
+
+    OWNED = "owned"
+    """Run-scoped ids `{sinkId}-{slot}-{partition}` from a bounded pool of slots, and the commit
+    log as a put-if-absent sequence with owner entries (see README.md, "The owned rules")."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Bounds of one exploration. Every fault count is a budget over the whole run."""
+
+    variant: Variant = Variant.CURRENT
+    batches: int = 2
+    partitions: int = 2
+    drivers: int = 2
+    """Runs of the query that may start in all (the first, restarts, and a second driver
+    started while an earlier one still lives)."""
+    concurrent: bool = True
+    """Whether a new run may start while an earlier run is still alive (frozen or not);
+    otherwise only after every earlier run crashed or stopped."""
+    crashes: int = 0
+    """Driver crashes; a crash also ends that run's tasks."""
+    timeouts: int = 0
+    """Coordinator timeouts, each aborting one Ongoing transaction at any moment."""
+    late_attempts: int = 0
+    """Task attempts that start after their batch was decided (zombies of abandoned stage
+    attempts that start late)."""
+    retries: int = 0
+    """Task attempts that fail (after init, or after producing) and are retried by Spark."""
+    zombies: int = 0
+    """Task attempts that run at any moment beside the attempt whose result is used."""
+    slots: int = 2
+    """Size of the pool of run slots (variant owned)."""
+    cleanup_reads_log_first: bool = False
+    """The clean-up reads the log before it describes the ids: the wrong order, kept to show
+    why owned rule 8 describes first."""
+    max_states: int = 2_000_000
+
+    def describe(self) -> str:
+        """One line naming every bound, for reports."""
+        parts = [
+            f"variant={self.variant.value}",
+            f"batches={self.batches}",
+            f"partitions={self.partitions}",
+            f"drivers={self.drivers}",
+            f"concurrent={'yes' if self.concurrent else 'no'}",
+            f"crashes={self.crashes}",
+            f"timeouts={self.timeouts}",
+            f"late_attempts={self.late_attempts}",
+            f"retries={self.retries}",
+            f"zombies={self.zombies}",
+        ]
+        if self.variant is Variant.OWNED:
+            parts.append(f"slots={self.slots}")
+        if self.cleanup_reads_log_first:
+            parts.append("cleanup_reads_log_first")
+        return " ".join(parts)

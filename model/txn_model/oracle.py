@@ -1,0 +1,79 @@
+"""What a read_committed consumer must see, checked in every state and at the end.
+
+In every state:
+- no row is visible twice;
+- every visible row comes from a participant of its batch's decision (nothing of an undecided
+  batch, nor of an attempt the decision does not list);
+- no decided participant is lost: its rows are visible, or its transaction is still open or
+  being committed under exactly its triple, unless the coordinator's timeout aborted it (the
+  protocol's one stated bound).
+
+At the end (no step enabled): no run is stuck; and once some run finished the query, every row
+of every batch is visible, but for participants the coordinator's timeout aborted, and, when
+runs never overlapped and no zombie attempt ran, no transaction is left open.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from model.txn_model import commit_log as cl
+from model.txn_model.config import Config
+from model.txn_model.coordinator import TxnState, describe
+from model.txn_model.state import Status, World
+
+COMMITTABLE = (TxnState.ONGOING, TxnState.PREPARE_COMMIT)
+
+
+def violation(world: World, config: Config) -> str | None:
+    """The first safety rule `world` breaks, or None."""
+    counts = Counter(row for row, _ in world.visible)
+    for (batch, partition), count in sorted(counts.items()):
+        if count > 1:
+            return f"duplicate: rows of batch {batch} partition {partition} visible {count} times"
+    decided = cl.decisions(world.log, config.variant)
+    for (batch, partition), triple in world.visible:
+        decision = decided.get(batch)
+        if decision is None or triple not in {p.triple for p in decision.participants}:
+            return f"rows of batch {batch} partition {partition} visible from undecided {triple}"
+    for batch, decision in sorted(decided.items()):
+        for participant in decision.participants:
+            if (batch, participant.partition) in counts or participant.triple in world.timed_out:
+                continue
+            txn = describe(world.coordinator, participant.triple.txn_id)
+            if txn is not None and txn.holds(participant.triple) and txn.state in COMMITTABLE:
+                continue
+            return (
+                f"decided batch lost: batch {batch} partition {participant.partition} "
+                f"{participant.triple} was aborted (not by the coordinator's timeout)"
+            )
+    return None
+
+
+def final_violation(world: World, config: Config) -> str | None:
+    """What is wrong with a state in which no process can take a step, if anything."""
+    for driver in world.drivers:
+        if driver.alive:
+            return f"run {driver.run} is stuck at batch {driver.batch}: {driver.phase.value}"
+    if not any(d.status is Status.FINISHED for d in world.drivers):
+        return None
+    visible = {row for row, _ in world.visible}
+    excused = {
+        (d.batch, p.partition)
+        for d in cl.decisions(world.log, config.variant).values()
+        for p in d.participants
+        if p.triple in world.timed_out
+    }
+    for batch in range(config.batches):
+        for partition in range(config.partitions):
+            row = (batch, partition)
+            if row not in visible and row not in excused:
+                return f"query finished but rows of batch {batch} partition {partition} are missing"
+    if not config.concurrent and config.zombies == 0 and left_open(world):
+        return "query finished (runs one after another) but a transaction is left open"
+    return None
+
+
+def left_open(world: World) -> int:
+    """Transactions still open in a final state (the coordinator's timeout would end them)."""
+    return sum(1 for _, txn in world.coordinator if txn.state is TxnState.ONGOING)

@@ -1,0 +1,500 @@
+"""Every step any process can take from a state: drivers, task attempts and the environment
+(the coordinator's markers and timeouts, new runs, late attempts).
+
+Processes interleave freely, so a process that takes no step for a while is frozen, and one that
+takes steps again later was resumed: freezes need no step of their own. A crash is a step that
+ends a driver and its tasks. Each driver step is one atomic action against the brokers or the
+commit log (reads that the product makes back to back are merged where their order cannot
+matter; README.md lists them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from model.txn_model import commit_log as cl
+from model.txn_model.commit_log import Entry, Kind, Participant
+from model.txn_model.config import Config, Variant
+from model.txn_model.coordinator import (
+    Outcome,
+    Triple,
+    TxnState,
+    describe,
+    end_txn,
+    init_producer,
+    ongoing_ids,
+    preparing_ids,
+    produce,
+    time_out,
+    write_markers,
+)
+from model.txn_model.state import (
+    AttemptKind,
+    Driver,
+    Message,
+    Phase,
+    Status,
+    Task,
+    TaskStep,
+    World,
+    new_driver,
+)
+
+Step = tuple[str, World]
+"""A labelled transition: what happened, and the state after it."""
+
+
+def successors(world: World, config: Config) -> Iterator[Step]:
+    """Every step enabled in `world`."""
+    yield from _environment_steps(world, config)
+    for driver in world.drivers:
+        if driver.alive:
+            yield from _driver_steps(world, config, driver)
+    for index, task in enumerate(world.tasks):
+        yield from _task_steps(world, config, index, task)
+
+
+# --- small helpers ----------------------------------------------------------------------------
+
+
+def _with_driver(world: World, driver: Driver) -> World:
+    drivers = list(world.drivers)
+    drivers[driver.run] = driver
+    return world._replace(drivers=tuple(drivers))
+
+
+def _with_tasks(world: World, tasks: list[Task]) -> World:
+    """Replace the tasks, dropping finished attempts nobody will read."""
+    keep = [t for t in tasks if t.step is not TaskStep.DONE or _collected(world, t)]
+    return world._replace(tasks=tuple(sorted(keep, key=_task_order)))
+
+
+def _task_order(task: Task) -> tuple[object, ...]:
+    """A total order on tasks (a triple may be None), so equal sets of tasks are equal tuples."""
+    return (*task[:6], task.triple or ("", 0, 0), task.result)
+
+
+def _collected(world: World, task: Task) -> bool:
+    return task.kind is AttemptKind.PRIMARY and world.drivers[task.run].alive
+
+
+def _append(world: World, entry: Entry) -> World:
+    return world._replace(log=(*world.log, entry))
+
+
+def _say(driver: Driver, text: str) -> str:
+    return f"run {driver.run} b{driver.batch}: {text}"
+
+
+def _at(world: World, driver: Driver, phase: Phase) -> World:
+    return _with_driver(world, driver._replace(phase=phase))
+
+
+def _stop(world: World, config: Config, driver: Driver, status: Status, reason: str) -> World:
+    """The run ends. In `owned`, a run that finished or was superseded releases its slot: it
+    stops only between stages, so none of its tasks runs. A failed run does not (Spark may
+    still be cancelling tasks of a failed stage), and a crashed one cannot."""
+    world = _with_driver(world, driver._replace(status=status, reason=reason))
+    releases = status in (Status.FINISHED, Status.SUPERSEDED)
+    if config.variant is Variant.OWNED and driver.slot >= 0 and releases:
+        world = _append(world, Entry(Kind.RELEASE, driver.run))
+    return _with_tasks(world, list(world.tasks))
+
+
+def _superseded(world: World, config: Config, driver: Driver) -> Step | None:
+    """In `owned`, every driver step that reads the log stops if a newer run owns the sink."""
+    if config.variant is not Variant.OWNED:
+        return None
+    newer = cl.superseded_by(world.log, driver.run)
+    if newer is None:
+        return None
+    reason = f"superseded by run {newer}"
+    text = f"finds run {newer} owns the sink: stops with an error naming run {newer}"
+    if driver.messages:  # commit() raised: Spark calls abort() with the tasks' messages
+        world = _abort_undecided(world, config, driver)
+        text += ", abort()"
+    return _say(driver, text), _stop(world, config, driver, Status.SUPERSEDED, reason)
+
+
+def _abort_undecided(world: World, config: Config, driver: Driver) -> World:
+    """abort() for its own prepared transactions that no decision lists, by exact triple."""
+    decided = cl.decided_triples(world.log, config.variant)
+    coordinator = world.coordinator
+    for message in driver.messages:
+        if message.triple is not None and message.triple not in decided:
+            coordinator, _ = end_txn(coordinator, message.triple, commit=False)
+    return world._replace(coordinator=coordinator)
+
+
+def _fail_batch(world: World, config: Config, driver: Driver, why: str) -> Step:
+    """commit() raised: Spark calls abort(), then the query stops (a restart is a new run)."""
+    world = _abort_undecided(world, config, driver)
+    return _say(driver, f"{why}: batch fails, abort()"), _stop(
+        world, config, driver, Status.FAILED, why
+    )
+
+
+# --- the environment --------------------------------------------------------------------------
+
+
+def _environment_steps(world: World, config: Config) -> Iterator[Step]:
+    for txn_id in preparing_ids(world.coordinator):
+        coordinator, rows = write_markers(world.coordinator, txn_id)
+        txn = describe(world.coordinator, txn_id)
+        assert txn is not None
+        triple = Triple(txn_id, txn.producer_id, txn.epoch)
+        visible = tuple(sorted((*world.visible, *((row, triple) for row in rows))))
+        what = "commit" if rows else "abort"
+        yield (
+            f"coordinator writes {what} markers of {triple}",
+            world._replace(coordinator=coordinator, visible=visible),
+        )
+    if world.used.timeouts < config.timeouts:
+        for txn_id in ongoing_ids(world.coordinator):
+            coordinator, aborted = time_out(world.coordinator, txn_id)
+            yield (
+                f"coordinator times out {aborted}",
+                world._replace(
+                    coordinator=coordinator,
+                    used=world.used._replace(timeouts=world.used.timeouts + 1),
+                    timed_out=world.timed_out | {aborted},
+                ),
+            )
+    yield from _new_run(world, config)
+    yield from _late_attempts(world, config)
+
+
+def _new_run(world: World, config: Config) -> Iterator[Step]:
+    if world.used.runs >= config.drivers or len(world.spark_commits) >= config.batches:
+        return
+    if not config.concurrent and any(d.alive for d in world.drivers):
+        return
+    driver = new_driver(world, config)
+    alive = [str(d.run) for d in world.drivers if d.alive]
+    runs = "run " if len(alive) == 1 else "runs "
+    beside = f" beside live {runs}{', '.join(alive)}" if alive else ""
+    world = world._replace(
+        drivers=(*world.drivers, driver), used=world.used._replace(runs=world.used.runs + 1)
+    )
+    yield f"run {driver.run} starts on the checkpoint at batch {driver.batch}{beside}", world
+
+
+def _launched(driver: Driver, batch: int) -> bool:
+    if batch < driver.first_batch or batch > driver.batch:
+        return False
+    early = (Phase.OWN, Phase.START_ROLL, Phase.LAUNCH)
+    return batch < driver.batch or driver.phase not in early
+
+
+def _late_attempts(world: World, config: Config) -> Iterator[Step]:
+    if world.used.late_attempts >= config.late_attempts:
+        return
+    used = world.used._replace(late_attempts=world.used.late_attempts + 1)
+    for batch in sorted(cl.decisions(world.log, config.variant)):
+        for driver in world.drivers:
+            if driver.status is Status.CRASHED or not _launched(driver, batch):
+                continue
+            for partition in range(config.partitions):
+                late = Task(
+                    driver.run, driver.slot, batch, partition, AttemptKind.LATE, TaskStep.CHECK
+                )
+                yield (
+                    f"{late.name()} starts (batch {batch} is decided)",
+                    _with_tasks(world._replace(used=used), [*world.tasks, late]),
+                )
+
+
+# --- drivers ------------------------------------------------------------------------------------
+
+
+def _driver_steps(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    if world.used.crashes < config.crashes:
+        crashed = _with_driver(world, driver._replace(status=Status.CRASHED, reason="crashed"))
+        crashed = crashed._replace(
+            tasks=tuple(t for t in world.tasks if t.run != driver.run),
+            used=world.used._replace(crashes=world.used.crashes + 1),
+        )
+        yield _say(driver, f"driver crashes before: {driver.phase.value}"), crashed
+    yield from PHASES[driver.phase](world, config, driver)
+
+
+def _own(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    slot = cl.choose_slot(world.log, config.slots)
+    world = _append(world, Entry(Kind.OWNER, driver.run, slot=slot))
+    driver = driver._replace(slot=slot, phase=Phase.START_ROLL)
+    yield _say(driver, f"appends owner(run {driver.run}, slot {slot})"), _with_driver(world, driver)
+
+
+def _roll_forward(world: World, config: Config, driver: Driver, then: Phase) -> Iterator[Step]:
+    """One step of completing the oldest incomplete decision, or move on if there is none."""
+    stop = _superseded(world, config, driver)
+    if stop is not None:
+        yield stop
+        return
+    pending = cl.incomplete(world.log, config.variant)
+    if not pending:
+        yield _say(driver, f"{driver.phase.value}: nothing to do"), _at(world, driver, then)
+        return
+    decision = pending[0]
+    for participant in decision.participants:
+        txn = describe(world.coordinator, participant.triple.txn_id)
+        if txn is not None and txn.holds(participant.triple) and txn.state is TxnState.ONGOING:
+            coordinator, outcome = end_txn(world.coordinator, participant.triple, commit=True)
+            text = f"EndTxn(commit) {participant.triple} of batch {decision.batch}: {outcome.value}"
+            yield _say(driver, text), world._replace(coordinator=coordinator)
+            return
+    done = Entry(Kind.COMPLETION, driver.run, batch=decision.batch)
+    yield _say(driver, f"batch {decision.batch} settled: appends {done}"), _append(world, done)
+
+
+def _start_roll(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    return _roll_forward(world, config, driver, Phase.LAUNCH)
+
+
+def _commit_roll(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    return _roll_forward(world, config, driver, Phase.DECIDED_CHECK)
+
+
+def _phase2(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    first = Phase.SWEEP_READ if config.cleanup_reads_log_first else Phase.SWEEP_DESCRIBE
+    return _roll_forward(world, config, driver, first)
+
+
+def _launch(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    def attempt(partition: int, kind: AttemptKind) -> Task:
+        return Task(driver.run, driver.slot, driver.batch, partition, kind, TaskStep.CHECK)
+
+    primaries = [attempt(p, AttemptKind.PRIMARY) for p in range(config.partitions)]
+    launched = _at(world, driver, Phase.WAIT)
+    yield _say(driver, "launches the tasks"), _with_tasks(launched, [*world.tasks, *primaries])
+    if world.used.zombies < config.zombies:
+        used = launched.used._replace(zombies=launched.used.zombies + 1)
+        for p in range(config.partitions):
+            tasks = [*world.tasks, *primaries, attempt(p, AttemptKind.ZOMBIE)]
+            text = f"launches the tasks, and a zombie attempt of partition {p}"
+            yield _say(driver, text), _with_tasks(launched._replace(used=used), tasks)
+
+
+def _wait(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    mine = [
+        t
+        for t in world.tasks
+        if t.run == driver.run and t.batch == driver.batch and t.kind is AttemptKind.PRIMARY
+    ]
+    if any(t.step is not TaskStep.DONE for t in mine):
+        return
+    messages = tuple(
+        Message(t.partition, t.result, t.triple) for t in sorted(mine, key=lambda t: t.partition)
+    )
+    rest = [t for t in world.tasks if t not in mine]
+    driver = driver._replace(messages=messages, phase=Phase.COMMIT_ROLL)
+    summary = ", ".join(f"p{m.partition} {m.status}" for m in messages)
+    yield (
+        _say(driver, f"collects the messages ({summary})"),
+        _with_tasks(_with_driver(world, driver), rest),
+    )
+
+
+def _decided_check(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    stop = _superseded(world, config, driver)
+    if stop is not None:
+        yield stop
+        return
+    if driver.batch in cl.decisions(world.log, config.variant):
+        world = _abort_undecided(world, config, driver)
+        text = "batch is decided already: aborts its own undecided transactions, rolls forward"
+        yield _say(driver, text), _at(world, driver, Phase.PHASE2)
+        return
+    if any(m.status != "prepared" for m in driver.messages):
+        yield _fail_batch(world, config, driver, "a task did not prepare")
+        return
+    yield _say(driver, "messages complete"), _at(world, driver, Phase.PREPARE_CHECK)
+
+
+def _prepare_check(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    for message in driver.messages:
+        assert message.triple is not None
+        txn = describe(world.coordinator, message.triple.txn_id)
+        if txn is None or not txn.holds(message.triple) or txn.state is not TxnState.ONGOING:
+            yield _fail_batch(world, config, driver, f"prepare check: {message.triple} not open")
+            return
+    yield _say(driver, "prepare check passes"), _at(world, driver, Phase.DECIDE)
+
+
+def _decide(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    stop = _superseded(world, config, driver)
+    if stop is not None:
+        yield stop
+        return
+    parts = tuple(Participant(m.partition, m.triple) for m in driver.messages if m.triple)
+    existing = cl.decisions(world.log, config.variant).get(driver.batch)
+    if existing is None:
+        decision = Entry(Kind.DECISION, driver.run, batch=driver.batch, participants=parts)
+        text = f"appends {decision}: the commit point"
+        yield _say(driver, text), _at(_append(world, decision), driver, Phase.PHASE2)
+    elif existing.participants == parts:
+        yield _say(driver, "finds its own decision"), _at(world, driver, Phase.PHASE2)
+    else:
+        yield _fail_batch(world, config, driver, f"decision conflict with run {existing.run}")
+
+
+def _open_triples(world: World) -> tuple[Triple, ...]:
+    """DescribeTransactions of every id of the sink: the open transactions' triples."""
+    triples = []
+    for txn_id in ongoing_ids(world.coordinator):
+        txn = describe(world.coordinator, txn_id)
+        assert txn is not None
+        triples.append(Triple(txn_id, txn.producer_id, txn.epoch))
+    return tuple(triples)
+
+
+def _sweep_describe(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    seen = _open_triples(world)
+    if config.cleanup_reads_log_first:
+        yield _cleanup_planned(world, driver, tuple(t for t in seen if t not in driver.held))
+        return
+    names = ", ".join(str(t) for t in seen) or "nothing open"
+    driver = driver._replace(seen=seen, phase=Phase.SWEEP_READ)
+    yield _say(driver, f"clean-up describes {names}"), _with_driver(world, driver)
+
+
+def _sweep_read(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    stop = _superseded(world, config, driver)
+    if stop is not None:
+        yield stop
+        return
+    held = cl.held(world.log, config.variant)
+    if config.cleanup_reads_log_first:
+        driver = driver._replace(held=tuple(sorted(held)), phase=Phase.SWEEP_DESCRIBE)
+        yield _say(driver, "clean-up reads the log"), _with_driver(world, driver)
+        return
+    yield _cleanup_planned(world, driver, tuple(t for t in driver.seen if t not in held))
+
+
+def _cleanup_planned(world: World, driver: Driver, targets: tuple[Triple, ...]) -> Step:
+    """The clean-up knows what to abort: every open transaction no incomplete decision holds."""
+    following = Phase.SWEEP_ABORT if targets else Phase.SPARK_COMMIT
+    driver = driver._replace(seen=(), held=(), targets=targets, phase=following)
+    names = ", ".join(str(t) for t in targets) or "nothing"
+    return _say(driver, f"clean-up will abort {names}"), _with_driver(world, driver)
+
+
+def _sweep_abort(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    target, rest = driver.targets[0], driver.targets[1:]
+    coordinator, outcome = end_txn(world.coordinator, target, commit=False)
+    following = Phase.SWEEP_ABORT if rest else Phase.SPARK_COMMIT
+    driver = driver._replace(targets=rest, phase=following)
+    text = f"clean-up EndTxn(abort) {target}: {outcome.value}"
+    yield _say(driver, text), _with_driver(world._replace(coordinator=coordinator), driver)
+
+
+def _spark_commit(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    world = world._replace(spark_commits=world.spark_commits | {driver.batch})
+    if driver.batch + 1 >= config.batches:
+        yield (
+            _say(driver, "Spark records the batch; the query is done"),
+            _stop(world, config, driver, Status.FINISHED, "finished"),
+        )
+        return
+    driver = driver._replace(
+        batch=driver.batch + 1, phase=Phase.START_ROLL, messages=(), targets=()
+    )
+    yield f"run {driver.run}: Spark records batch {driver.batch - 1}", _with_driver(world, driver)
+
+
+PHASES: dict[Phase, Callable[[World, Config, Driver], Iterator[Step]]] = {
+    Phase.OWN: _own,
+    Phase.START_ROLL: _start_roll,
+    Phase.LAUNCH: _launch,
+    Phase.WAIT: _wait,
+    Phase.COMMIT_ROLL: _commit_roll,
+    Phase.DECIDED_CHECK: _decided_check,
+    Phase.PREPARE_CHECK: _prepare_check,
+    Phase.DECIDE: _decide,
+    Phase.PHASE2: _phase2,
+    Phase.SWEEP_DESCRIBE: _sweep_describe,
+    Phase.SWEEP_READ: _sweep_read,
+    Phase.SWEEP_ABORT: _sweep_abort,
+    Phase.SPARK_COMMIT: _spark_commit,
+}
+
+
+# --- task attempts ------------------------------------------------------------------------------
+
+
+def _task_steps(world: World, config: Config, index: int, task: Task) -> Iterator[Step]:
+    if task.step is TaskStep.CHECK:
+        yield _task_check(world, config, index, task)
+    elif task.step is TaskStep.INIT:
+        yield from _task_init(world, config, index, task)
+    elif task.step is TaskStep.PRODUCE:
+        yield from _task_produce(world, config, index, task)
+
+
+def _replace_task(world: World, index: int, task: Task) -> World:
+    tasks = list(world.tasks)
+    tasks[index] = task
+    return _with_tasks(world, tasks)
+
+
+def _task_check(world: World, config: Config, index: int, task: Task) -> Step:
+    """Step 0 of a task: stop if its run was superseded (owned); skip a decided batch."""
+    newer = cl.superseded_by(world.log, task.run) if config.variant is Variant.OWNED else None
+    if newer is not None:
+        done = task._replace(step=TaskStep.DONE, result="failed")
+        return f"{task.name()}: run {newer} owns the sink: fails", _replace_task(world, index, done)
+    if task.batch in cl.decisions(world.log, config.variant):
+        done = task._replace(step=TaskStep.DONE, result="skipped")
+        return f"{task.name()}: batch decided: skipped", _replace_task(world, index, done)
+    return f"{task.name()}: batch not decided", _replace_task(
+        world, index, task._replace(step=TaskStep.INIT)
+    )
+
+
+def _task_init(world: World, config: Config, index: int, task: Task) -> Iterator[Step]:
+    txn_id = cl.txn_id(config.variant, task.slot, task.partition)
+    coordinator, outcome, triple = init_producer(world.coordinator, txn_id)
+    if outcome is Outcome.CONCURRENT:
+        if coordinator != world.coordinator:
+            text = f"{task.name()}: init_transactions({txn_id}) fences its open transaction"
+            yield text, world._replace(coordinator=coordinator)
+        return
+    world = world._replace(coordinator=coordinator)
+    yield (
+        f"{task.name()}: init_transactions -> {triple}",
+        _replace_task(world, index, task._replace(step=TaskStep.PRODUCE, triple=triple)),
+    )
+    if _may_retry(world, config, task):
+        yield (
+            f"{task.name()}: init -> {triple}, then the attempt dies; Spark retries it",
+            (_retried(world, index, task)),
+        )
+
+
+def _task_produce(world: World, config: Config, index: int, task: Task) -> Iterator[Step]:
+    assert task.triple is not None
+    rows = ((task.batch, task.partition),)
+    coordinator, outcome = produce(world.coordinator, task.triple, rows)
+    if outcome is not Outcome.OK:
+        done = task._replace(step=TaskStep.DONE, result="failed")
+        yield f"{task.name()}: produce fails: {outcome.value}", _replace_task(world, index, done)
+        return
+    world = world._replace(coordinator=coordinator)
+    done = task._replace(step=TaskStep.DONE, result="prepared")
+    yield (
+        f"{task.name()}: produces, flushes: prepared {task.triple}",
+        _replace_task(world, index, done),
+    )
+    if _may_retry(world, config, task):
+        text = f"{task.name()}: produces {task.triple}, then the attempt dies; Spark retries it"
+        yield text, _retried(world, index, task)
+
+
+def _may_retry(world: World, config: Config, task: Task) -> bool:
+    return task.kind is AttemptKind.PRIMARY and world.used.retries < config.retries
+
+
+def _retried(world: World, index: int, task: Task) -> World:
+    """The attempt died; the next attempt of the same task starts from its first step."""
+    world = world._replace(used=world.used._replace(retries=world.used.retries + 1))
+    return _replace_task(world, index, task._replace(step=TaskStep.CHECK, triple=None))

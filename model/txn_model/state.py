@@ -1,0 +1,147 @@
+"""One state of the whole system: brokers, commit log, Spark's checkpoint, drivers and tasks.
+
+Every part is an immutable tuple, so a state hashes and the explorer can remember it.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import NamedTuple
+
+from model.txn_model.commit_log import Log
+from model.txn_model.config import Config, Variant
+from model.txn_model.coordinator import Coordinator, Row, Triple
+
+
+class Phase(str, Enum):
+    """Where a driver is in a batch; each is one atomic step (or a loop of them)."""
+
+    OWN = "append its owner entry"
+    START_ROLL = "streamWriter(): roll forward"
+    LAUNCH = "launch the tasks"
+    WAIT = "collect the tasks' messages"
+    COMMIT_ROLL = "commit worker's streamWriter(): roll forward"
+    DECIDED_CHECK = "commit(): batch decided? messages complete?"
+    PREPARE_CHECK = "commit(): prepare check"
+    DECIDE = "commit(): write the decision"
+    PHASE2 = "commit(): EndTxn(commit) and completion"
+    SWEEP_DESCRIBE = "clean-up: DescribeTransactions of the sink's ids"
+    SWEEP_READ = "clean-up: read the log"
+    SWEEP_ABORT = "clean-up: EndTxn(abort)"
+    SPARK_COMMIT = "Spark records the batch in its checkpoint"
+
+
+class Status(str, Enum):
+    """A driver's life."""
+
+    RUNNING = "running"
+    CRASHED = "crashed"
+    FAILED = "failed"  # a batch failed; Spark stops the query (a restart is a new run)
+    SUPERSEDED = "superseded"  # stopped with an error naming the newer run
+    FINISHED = "finished"  # every batch done
+
+
+class Message(NamedTuple):
+    """What a task attempt returns to the driver (a TaskCommit)."""
+
+    partition: int
+    status: str  # "prepared", "skipped" or "failed"
+    triple: Triple | None
+
+
+class Driver(NamedTuple):
+    """One run of the query: a driver with its volatile memory."""
+
+    run: int
+    slot: int  # owned: the run's slot; -1 before its owner entry, and in current
+    status: Status
+    reason: str
+    batch: int
+    phase: Phase
+    first_batch: int = 0  # the batch it started with
+    messages: tuple[Message, ...] = ()
+    seen: tuple[Triple, ...] = ()  # open transactions the clean-up described
+    held: tuple[Triple, ...] = ()  # what the log held when the clean-up read it
+    targets: tuple[Triple, ...] = ()  # what the clean-up will abort
+
+    @property
+    def alive(self) -> bool:
+        """Whether this run can still take steps."""
+        return self.status is Status.RUNNING
+
+
+class AttemptKind(str, Enum):
+    """Why a task attempt exists."""
+
+    PRIMARY = "attempt"  # the attempt whose message the driver receives
+    LATE = "late attempt"  # starts after its batch was decided
+    ZOMBIE = "zombie attempt"  # runs beside the primary attempt, its result ignored
+
+
+class TaskStep(str, Enum):
+    """Where a task attempt is."""
+
+    CHECK = "check the log"
+    INIT = "init_transactions"
+    PRODUCE = "produce and flush"
+    DONE = "done"
+
+
+class Task(NamedTuple):
+    """One task attempt of a run's batch."""
+
+    run: int
+    slot: int
+    batch: int
+    partition: int
+    kind: AttemptKind
+    step: TaskStep
+    triple: Triple | None = None
+    result: str = ""
+
+    def name(self) -> str:
+        """How traces name this attempt."""
+        return f"run {self.run} {self.kind.value} b{self.batch}p{self.partition}"
+
+
+class Used(NamedTuple):
+    """How much of each fault budget is spent."""
+
+    runs: int = 0
+    crashes: int = 0
+    timeouts: int = 0
+    late_attempts: int = 0
+    retries: int = 0
+    zombies: int = 0
+
+
+class World(NamedTuple):
+    """The whole system at one moment."""
+
+    coordinator: Coordinator
+    visible: tuple[tuple[Row, Triple], ...]  # committed rows, with the transaction of each
+    log: Log
+    spark_commits: frozenset[int]  # batches Spark recorded as done in the checkpoint
+    drivers: tuple[Driver, ...]
+    tasks: tuple[Task, ...]
+    used: Used
+    timed_out: frozenset[Triple]  # transactions the coordinator's timeout aborted
+
+
+def first_phase(variant: Variant) -> Phase:
+    """Where a new run starts."""
+    return Phase.OWN if variant is Variant.OWNED else Phase.START_ROLL
+
+
+def new_driver(world: World, config: Config) -> Driver:
+    """A run started on the checkpoint: it goes on with the first batch Spark has not recorded."""
+    batch = min(b for b in range(config.batches) if b not in world.spark_commits)
+    phase = first_phase(config.variant)
+    return Driver(world.used.runs, -1, Status.RUNNING, "", batch, phase, first_batch=batch)
+
+
+def initial_world(config: Config) -> World:
+    """Nothing happened yet: run 0 is about to start."""
+    empty = World((), (), (), frozenset(), (), (), Used(), frozenset())
+    first = new_driver(empty, config)
+    return empty._replace(drivers=(first,), used=Used(runs=1))

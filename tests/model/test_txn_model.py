@@ -1,0 +1,251 @@
+"""The protocol model (model/txn_model): the coordinator's rules, the owned variant's log rules,
+and bounded explorations: today's protocol loses a decided batch with two drivers, the owned
+protocol keeps every rule on small configurations of every fault.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from model.txn_model import Config, StateCapExceeded, Variant, explore
+from model.txn_model import commit_log as cl
+from model.txn_model.__main__ import main
+from model.txn_model.commit_log import Entry, Kind, Participant
+from model.txn_model.coordinator import (
+    Coordinator,
+    Outcome,
+    Triple,
+    TxnState,
+    describe,
+    end_txn,
+    init_producer,
+    produce,
+    time_out,
+    write_markers,
+)
+
+# --- the coordinator --------------------------------------------------------------------------
+
+
+def _state(coordinator: Coordinator, txn_id: str = "s-0") -> TxnState:
+    txn = describe(coordinator, txn_id)
+    assert txn is not None
+    return txn.state
+
+
+def _open_txn(txn_id: str = "s-0") -> tuple[Coordinator, Triple]:
+    coordinator, outcome, triple = init_producer((), txn_id)
+    assert outcome is Outcome.OK and triple is not None
+    coordinator, outcome = produce(coordinator, triple, ((0, 0),))
+    assert outcome is Outcome.OK
+    return coordinator, triple
+
+
+def test_init_fences_an_open_transaction_and_aborts_it() -> None:
+    coordinator, first = _open_txn()
+
+    coordinator, outcome, triple = init_producer(coordinator, "s-0")
+    assert (outcome, triple) == (Outcome.CONCURRENT, None)  # retry once the markers are out
+    assert _state(coordinator) is TxnState.PREPARE_ABORT
+    assert end_txn(coordinator, first, commit=True)[1] is Outcome.FENCED
+    coordinator, visible = write_markers(coordinator, "s-0")
+    assert visible == ()
+
+    coordinator, outcome, second = init_producer(coordinator, "s-0")
+    assert outcome is Outcome.OK and second is not None
+    assert second.producer_id == first.producer_id and second.epoch > first.epoch
+    assert produce(coordinator, first, ((0, 0),))[1] is Outcome.FENCED
+
+
+def test_end_txn_checks_the_whole_triple() -> None:
+    coordinator, triple = _open_txn()
+
+    assert end_txn(coordinator, triple._replace(producer_id=99), True)[1] is (
+        Outcome.UNKNOWN_PRODUCER
+    )
+    assert end_txn(coordinator, triple._replace(txn_id="s-9"), True)[1] is (
+        Outcome.UNKNOWN_PRODUCER
+    )
+    assert end_txn(coordinator, triple._replace(epoch=triple.epoch - 1), True)[1] is (
+        Outcome.FENCED
+    )
+
+
+def test_end_txn_commit_is_repeatable_and_makes_rows_visible_at_the_markers() -> None:
+    coordinator, triple = _open_txn()
+
+    coordinator, outcome = end_txn(coordinator, triple, commit=True)
+    assert outcome is Outcome.OK
+    assert _state(coordinator) is TxnState.PREPARE_COMMIT
+    assert end_txn(coordinator, triple, commit=True)[1] is Outcome.CONCURRENT
+    coordinator, visible = write_markers(coordinator, "s-0")
+    assert visible == ((0, 0),)
+    assert end_txn(coordinator, triple, commit=True)[1] is Outcome.OK
+    assert end_txn(coordinator, triple, commit=False)[1] is Outcome.INVALID_STATE
+
+
+def test_coordinator_timeout_aborts_with_a_new_epoch() -> None:
+    coordinator, triple = _open_txn()
+
+    coordinator, aborted = time_out(coordinator, "s-0")
+    assert aborted == triple
+    txn = describe(coordinator, "s-0")
+    assert txn is not None and txn.state is TxnState.PREPARE_ABORT and txn.epoch == triple.epoch + 1
+    # The driver tells a timeout from a fence by this: its EndTxn is fenced either way, but the
+    # coordinator's epoch moved by exactly one and the transaction is aborted.
+    assert end_txn(coordinator, triple, commit=True)[1] is Outcome.FENCED
+    assert write_markers(coordinator, "s-0")[1] == ()
+
+
+# --- the owned log rules ----------------------------------------------------------------------
+
+
+def _decision(run: int, batch: int) -> Entry:
+    part = Participant(0, Triple(f"s-{run}-0", 1, 0))
+    return Entry(Kind.DECISION, run, batch=batch, participants=(part,))
+
+
+def test_a_decision_after_a_newer_owner_entry_does_not_count() -> None:
+    log = (
+        Entry(Kind.OWNER, 0, slot=0),
+        _decision(0, 0),
+        Entry(Kind.OWNER, 1, slot=1),
+        _decision(0, 1),  # run 0 no longer owns the sink
+        _decision(1, 1),
+    )
+
+    assert cl.decisions(log, Variant.OWNED) == {0: log[1], 1: log[4]}
+    assert cl.superseded_by(log, 0) == 1
+    assert cl.superseded_by(log, 1) is None
+
+
+def test_a_new_run_takes_a_released_slot_else_the_longest_held() -> None:
+    owners = (Entry(Kind.OWNER, 0, slot=0), Entry(Kind.OWNER, 1, slot=1))
+
+    assert cl.choose_slot((), 2) == 0
+    assert cl.choose_slot(owners[:1], 2) == 1
+    assert cl.choose_slot((*owners, Entry(Kind.RELEASE, 1)), 2) == 1
+    assert cl.choose_slot(owners, 2) == 0  # run 0 may still live: the residual README names
+    assert cl.choose_slot(owners, 3) == 2
+
+
+# --- explorations -----------------------------------------------------------------------------
+
+
+def test_current_protocol_loses_a_decided_batch_to_a_second_driver() -> None:
+    result = explore(Config(Variant.CURRENT, batches=1, partitions=2, drivers=2))
+
+    assert result.violation is not None and result.violation.startswith("decided batch lost")
+    trace = result.trace
+    assert len(trace) <= 20
+    # Issue 14's shape: the old run (0) passes its prepare check and decides; a task of the new
+    # run (1) initialises the shared id and fences a decided participant.
+    assert trace[0] == "run 1 starts on the checkpoint at batch 0 beside live run 0"
+    checked = trace.index("run 0 b0: prepare check passes")
+    decided = next(i for i, s in enumerate(trace) if s.startswith("run 0 b0: appends decision"))
+    fenced = next(i for i, s in enumerate(trace) if "fences" in s)
+    assert re.fullmatch(r"run 1 attempt b0p\d: init_transactions\(s-\d\) fences .*", trace[fenced])
+    assert checked < decided and checked < fenced
+    assert max(decided, fenced) == len(trace) - 1  # the loss shows as soon as both happened
+
+
+def test_current_protocol_is_sound_with_one_driver_at_a_time() -> None:
+    config = Config(
+        Variant.CURRENT,
+        batches=2,
+        partitions=1,
+        drivers=3,
+        concurrent=False,
+        crashes=2,
+        late_attempts=1,
+    )
+    assert explore(config).ok
+
+
+OWNED = Variant.OWNED
+OWNED_CONFIGS = [
+    pytest.param(Config(OWNED, drivers=2, batches=2, partitions=1), id="two-drivers-two-batches"),
+    pytest.param(Config(OWNED, drivers=2, batches=1, partitions=2), id="two-drivers-two-parts"),
+    pytest.param(
+        Config(OWNED, drivers=2, batches=1, partitions=1, crashes=1), id="two-drivers-crash"
+    ),
+    pytest.param(
+        Config(OWNED, drivers=3, batches=1, partitions=1, concurrent=False, crashes=2),
+        id="restarts-after-crashes",
+    ),
+    pytest.param(Config(OWNED, drivers=2, batches=1, partitions=1, late_attempts=1), id="late"),
+    pytest.param(Config(OWNED, drivers=2, batches=1, partitions=1, timeouts=1), id="timeout"),
+    pytest.param(Config(OWNED, drivers=2, batches=1, partitions=1, retries=1), id="task-retry"),
+    pytest.param(
+        Config(
+            OWNED,
+            drivers=2,
+            batches=1,
+            partitions=1,
+            concurrent=False,
+            crashes=1,
+            retries=1,
+            late_attempts=1,
+            timeouts=1,
+        ),
+        id="every-fault-one-driver-at-a-time",
+    ),
+    pytest.param(Config(OWNED, drivers=2, batches=1, partitions=2, crashes=1), id="crash-2-parts"),
+    pytest.param(
+        Config(OWNED, drivers=3, batches=1, partitions=2, concurrent=False, crashes=2),
+        id="restarts-after-crashes-2-parts",
+    ),
+]
+
+
+@pytest.mark.parametrize("config", OWNED_CONFIGS)
+def test_owned_protocol_keeps_every_rule(config: Config) -> None:
+    result = explore(config)
+
+    assert result.ok, "\n".join([str(result.violation), *result.trace])
+    assert result.stops.get("finished", 0) > 0
+
+
+def test_owned_protocol_stops_the_superseded_driver() -> None:
+    result = explore(Config(Variant.OWNED, drivers=2, batches=1, partitions=1))
+
+    assert result.ok
+    assert result.stops.get("superseded", 0) > 0
+
+
+def test_owned_protocol_fails_if_runs_share_a_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model has teeth: break one owned rule and it finds the loss."""
+    monkeypatch.setattr(cl, "choose_slot", lambda log, slots: 0)
+
+    result = explore(Config(Variant.OWNED, drivers=2, batches=1, partitions=1))
+
+    assert result.violation is not None and result.violation.startswith("decided batch lost")
+
+
+def test_owned_clean_up_must_describe_before_it_reads_the_log() -> None:
+    """Owned rule 8: read the log first, and a run about to be superseded aborts the newer
+    run's decided transaction; describe first, and it cannot."""
+    config = Config(Variant.OWNED, drivers=2, batches=2, partitions=1)
+
+    wrong = explore(replace(config, cleanup_reads_log_first=True))
+
+    assert wrong.violation is not None and wrong.violation.startswith("decided batch lost")
+    assert "clean-up EndTxn(abort)" in " ".join(wrong.trace)
+    assert explore(config).ok
+
+
+def test_a_state_cap_stops_the_search_with_a_clear_error() -> None:
+    with pytest.raises(StateCapExceeded, match="more than 100 states"):
+        explore(Config(Variant.OWNED, drivers=2, max_states=100))
+
+
+def test_cli_prints_the_shortest_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["--variant", "current", "--drivers", "2", "--batches", "1"])
+
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "states: " in out and "VIOLATION: decided batch lost" in out
+    assert " 1. run 1 starts on the checkpoint at batch 0 beside live run 0" in out
