@@ -21,6 +21,7 @@ import pytest
 
 from kafka_txn_sink import testing
 from kafka_txn_sink.storage import S3Settings
+from kafka_txn_sink.testing.secured_broker import SecuredKafkaBroker
 
 Broker = testing.AnyKafkaBroker
 S3 = testing.AnyS3Server
@@ -72,6 +73,19 @@ def make_kafka_broker(
     yield make
     for broker in brokers:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafkaBroker]:
+    """A secured broker (SASL_SSL, mutual TLS, the StandardAuthorizer) for the session's tests
+    of least privilege; it fails them, never skips them, when it cannot start."""
+    secured = SecuredKafkaBroker(tmp_path_factory.mktemp("secured_kafka"))
+    try:
+        secured.start()
+    except testing.TestbedError as exc:
+        pytest.fail(f"the secured broker did not start: {exc}", pytrace=False)
+    yield secured
+    secured.stop()
 
 
 @pytest.fixture(scope="session")

@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kafka_txn_sink import LOG_LEVEL_ENV, testing
+from kafka_txn_sink import LOG_LEVEL_ENV
 from kafka_txn_sink.kafka.admin_api import ONGOING
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.txn_ids import owns
@@ -31,15 +30,9 @@ PASSWORD = "e2e-Scram-Secret-41"
 ROWS = 600
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafkaBroker]:
-    secured = SecuredKafkaBroker(tmp_path_factory.mktemp("secured_sink"))
-    try:
-        secured.start()
-    except testing.TestbedError as exc:
-        pytest.fail(f"the secured broker did not start: {exc}", pytrace=False)
-    yield secured
-    secured.stop()
+@pytest.fixture
+def broker(secured_broker: SecuredKafkaBroker) -> SecuredKafkaBroker:
+    return secured_broker
 
 
 def least_privileged(broker: SecuredKafkaBroker, user: KafkaUser, sink_id: str, topic: str) -> None:

@@ -13,12 +13,10 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from kafka_txn_sink import testing
 from kafka_txn_sink.errors import (
     AuthenticationFailedError,
     KafkaTxnSinkError,
@@ -45,15 +43,9 @@ SINK_ACLS = {
 }
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafkaBroker]:
-    secured = SecuredKafkaBroker(tmp_path_factory.mktemp("least_privilege"))
-    try:
-        secured.start()
-    except testing.TestbedError as exc:
-        pytest.fail(f"the secured broker did not start: {exc}", pytrace=False)
-    yield secured
-    secured.stop()
+@pytest.fixture
+def broker(secured_broker: SecuredKafkaBroker) -> SecuredKafkaBroker:
+    return secured_broker
 
 
 @dataclass
