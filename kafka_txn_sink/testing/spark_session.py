@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from kafka_txn_sink.testing.errors import TestbedError
 from kafka_txn_sink.testing.processes import LOOPBACK, java_executable
 
 if TYPE_CHECKING:
@@ -41,15 +42,20 @@ def local_spark(
     the loopback address, in this process's environment.
 
     Raises:
-        TestbedError: Java is not installed (Spark's driver runs on it).
+        TestbedError: Java or PySpark is not installed (Spark's driver runs on Java).
     """
     java_executable("Spark runs on it")
+    try:
+        from pyspark.sql import SparkSession
+    except ModuleNotFoundError as exc:
+        raise TestbedError(
+            "PySpark is not installed in this environment: pip install "
+            "'kafka-txn-sink[spark,testing]' (or use the PySpark your platform provides)"
+        ) from exc
     # Environment, not settings: Spark's lookup of Python data sources (format("kafka_txn"))
     # starts its Python worker from PYSPARK_PYTHON alone, and the JVM inherits both now.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
-    from pyspark.sql import SparkSession
-
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {**DEFAULT_CONF, "spark.jars": ",".join(jars), **(conf or {})}
     for key, value in settings.items():

@@ -1,9 +1,10 @@
 """A records-only sink loads neither the Avro stack nor the S3 client, in the driver or a task.
 
-A fresh Python process plays one batch through the sink's real code against the test bed's
-broker: `streamWriter()` (the driver's start of a batch), `write()` as a task (Spark's task
-context stood in by a stub), `commit()` (decision, EndTxn, completion, clean-up). It then
-reports which libraries it imported and what a read_committed consumer sees. The same script
+A fresh Python process with a local Spark plays one batch through the sink's real code against
+the test bed's broker: `streamWriter()` (the driver's start of a batch), `write()` in a real
+Spark task (its own Python worker, the batch's local properties set as a micro-batch has them),
+`commit()` (decision, EndTxn, completion, clean-up). It then reports which libraries the driver
+process and the task's worker imported, and what a read_committed consumer sees. The same script
 in files mode imports fastavro, which shows the check looks where it should.
 """
 
@@ -20,40 +21,44 @@ import pytest
 
 from kafka_txn_sink.testing import create_topic
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 SCRIPT = textwrap.dedent(
     """
     import json, sys
-    from unittest import mock
 
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import StringType, StructField, StructType
 
-    import kafka_txn_sink.protocol.prepare as prepare
     from kafka_txn_sink.datasource import KafkaTxnDataSource
     from kafka_txn_sink.testing.topics import read_topic
 
+    LIBRARIES = ("fastavro", "boto3", "botocore")
 
-    class TaskContextStub:
-        def getLocalProperty(self, key):
-            return {"streaming.sql.batchId": "0", "sql.streaming.queryId": "q-1"}.get(key)
-
-        def partitionId(self):
-            return 0
-
-        def attemptNumber(self):
-            return 0
-
+    builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+    spark = builder.getOrCreate()
+    context = spark.sparkContext
+    # What Spark sets for a micro-batch's tasks: they reach the task's real TaskContext.
+    context.setLocalProperty("streaming.sql.batchId", "0")
+    context.setLocalProperty("sql.streaming.queryId", "q-1")
 
     options = json.loads(sys.argv[1])
     schema = StructType([StructField("value", StringType())])
     writer = KafkaTxnDataSource(options).streamWriter(schema, False)
-    with mock.patch.object(prepare.TaskContext, "get", return_value=TaskContextStub()):
+
+
+    def task(_):
         message = writer.write(iter([("a",), ("b",)]))
+        yield message, {name: name in sys.modules for name in LIBRARIES}
+
+
+    [(message, task_loaded)] = context.parallelize([0], 1).mapPartitions(task).collect()
     writer.commit([message], 0)
-    loaded = {name: name in sys.modules for name in ("fastavro", "boto3", "botocore")}
+    driver_loaded = {name: name in sys.modules for name in LIBRARIES}
+    loaded = {name: driver_loaded[name] or task_loaded[name] for name in LIBRARIES}
     topic = options.get("topic") or options["referencesTopic"]
     seen = len(read_topic(options["kafka.bootstrap.servers"], topic))
+    spark.stop()
     print(json.dumps({"loaded": loaded, "seen": seen}))
     """
 )

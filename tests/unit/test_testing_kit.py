@@ -130,3 +130,34 @@ def test_the_bundle_installs_the_wheel_of_this_version() -> None:
             libraries += environment["spec"]["dependencies"]
 
     assert libraries == [wheel, wheel]
+
+
+WITHOUT_PYSPARK = """
+import sys
+
+
+class NoPySpark:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyspark" or name.startswith("pyspark."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+sys.meta_path.insert(0, NoPySpark())
+from kafka_txn_sink.testing import TestbedError, local_spark
+
+try:
+    local_spark([])
+except TestbedError as exc:
+    print(exc)
+"""
+
+
+def test_a_session_without_pyspark_says_which_extra_to_install() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PYSPARK], capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    assert "PySpark is not installed" in done.stdout
+    assert "kafka-txn-sink[spark,testing]" in done.stdout
