@@ -16,9 +16,9 @@ from typing import Any, Literal
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.kafka.producer import producer_config
-from kafka_txn_sink.kafka.security import check_driver_support, translate_jaas
+from kafka_txn_sink.kafka.security import client_settings
 from kafka_txn_sink.protocol.txn_ids import validate_sink_id
-from kafka_txn_sink.redaction import mask_in_logs
+from kafka_txn_sink.redaction import mask_in_logs, redact
 from kafka_txn_sink.storage import S3Settings
 
 MiB = 1024 * 1024
@@ -244,21 +244,8 @@ _SPARK_OPTIONS = frozenset(
 _KNOWN = frozenset(o.key for o in OPTIONS if o is not KAFKA_SETTINGS) | _SPARK_OPTIONS
 _FILES_KEYS = frozenset(o.key for o in OPTIONS if o.group == "files")
 
-_SECRET_HINTS = ("password", "secret", "jaas", "token", "ssl.key", "credentials")
-
 MIN_TRANSACTION_TIMEOUT_MS = 1_000
 MAX_WRITE_ID_LENGTH = 200
-
-
-def is_secret(key: str) -> bool:
-    """Whether a setting's value must never be shown (passwords, keys, tokens)."""
-    lowered = key.lower()
-    return any(hint in lowered for hint in _SECRET_HINTS)
-
-
-def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy that is safe to log or put in an error message."""
-    return {k: ("***" if is_secret(k) else v) for k, v in settings.items()}
 
 
 @dataclass(frozen=True)
@@ -333,7 +320,7 @@ class SinkOptions:
         Its secrets are masked in this process's logs from now on: tasks get the options
         unpickled, never parsed.
         """
-        mask_in_logs(v for k, v in self.kafka.items() if is_secret(k))
+        mask_in_logs(self.kafka)
         return producer_config(
             self.bootstrap_servers, self.kafka, txn_id, self.require_transaction_timeout()
         )
@@ -361,11 +348,9 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
     """
     options = {str(k).lower(): str(v) for k, v in raw.items()}
     originals = {str(k).lower(): str(k) for k in raw}
-    mask_in_logs(v for k, v in options.items() if is_secret(k))
+    mask_in_logs(options)
     _reject_forbidden(options)
-    kafka = translate_jaas(_kafka_settings(raw))
-    mask_in_logs(v for k, v in kafka.items() if is_secret(k))
-    check_driver_support(kafka)
+    kafka = client_settings(_kafka_settings(raw))
     _reject_unknown(options, originals)
     log_timeout_ms = _bounded(options, COMMIT_LOG_TIMEOUT, 30_000)
     s3 = _s3_settings(options, log_timeout_ms)

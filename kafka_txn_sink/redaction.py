@@ -1,4 +1,4 @@
-"""Secret values kept out of every log record of the process, whoever logs them.
+"""Which settings are secret, and their values kept out of every log record of the process.
 
 kafka-python, at DEBUG, logs its whole configuration and the raw bytes of a SASL PLAIN
 handshake, both holding the password. Rather than trust each library, the sink registers the
@@ -10,25 +10,43 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 MASK = "***"
 MIN_SECRET_LENGTH = 3  # shorter values would mask ordinary words; no real secret is this short
 
+_SECRET_HINTS = ("password", "secret", "jaas", "token", "ssl.key", "credentials")
+
 _lock = threading.Lock()
-_secrets: set[str] = set()
+_secrets: tuple[str, ...] = ()  # every form of every secret, the longest first
 _installed = False
 
 
-def mask_in_logs(values: Iterable[str]) -> None:
-    """Mask each of `values` in every log record from now on (in this process)."""
-    global _installed
-    forms = {form for value in values if len(value) >= MIN_SECRET_LENGTH for form in _forms(value)}
-    if not forms:
-        return
+def is_secret(key: str) -> bool:
+    """Whether a setting's value must never be shown (passwords, keys, tokens)."""
+    lowered = key.lower()
+    return any(hint in lowered for hint in _SECRET_HINTS)
+
+
+def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy that is safe to log or put in an error message."""
+    return {k: (MASK if is_secret(k) else v) for k, v in settings.items()}
+
+
+def mask_in_logs(settings: Mapping[str, str]) -> None:
+    """Mask the value of each secret setting in every log record from now on (this process)."""
+    global _installed, _secrets
+    forms = {
+        form
+        for key, value in settings.items()
+        if is_secret(key) and len(value) >= MIN_SECRET_LENGTH
+        for form in _forms(value)
+    }
     with _lock:
-        _secrets.update(forms)
+        if forms <= set(_secrets):
+            return
+        _secrets = tuple(sorted(forms | set(_secrets), key=len, reverse=True))
         if not _installed:
             logging.setLogRecordFactory(_masking(logging.getLogRecordFactory()))
             _installed = True
@@ -42,13 +60,12 @@ def _forms(value: str) -> set[str]:
 def _masking(previous: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
-        secrets = sorted(_secrets, key=len, reverse=True)  # a longer form first
         try:
             message = record.getMessage()
         except Exception:  # a malformed record stays as it is; logging reports it itself
             return record
         masked = message
-        for secret in secrets:
+        for secret in _secrets:
             masked = masked.replace(secret, MASK)
         if masked != message:
             record.msg, record.args = masked, None

@@ -14,11 +14,11 @@ from typing import Any
 
 from kafka_txn_sink.commit_log import LOG_FORMATS, CommitLog, detect_format, open_commit_log
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.kafka.security import check_driver_support, translate_jaas
+from kafka_txn_sink.kafka.security import client_settings
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
-from kafka_txn_sink.options import COMMIT_LOG, COMMIT_LOG_FORMAT, SINK_ID, is_secret
+from kafka_txn_sink.options import COMMIT_LOG, COMMIT_LOG_FORMAT, SINK_ID
 from kafka_txn_sink.protocol.txn_ids import validate_sink_id
-from kafka_txn_sink.redaction import mask_in_logs
+from kafka_txn_sink.redaction import MASK, is_secret
 from kafka_txn_sink.storage import S3Settings
 
 PROG = "kafka-txn-sink"
@@ -136,14 +136,10 @@ def kafka_settings(args: argparse.Namespace, strict: bool = True) -> dict[str, s
         settings[key.strip()] = value
     if not strict:
         return settings
-    mask_in_logs(value for key, value in settings.items() if is_secret(key))
     try:
-        translated = translate_jaas(settings)
-        mask_in_logs(value for key, value in translated.items() if is_secret(key))
-        check_driver_support(translated)
+        return client_settings(settings)
     except ConfigError as exc:
         raise CliError(str(exc).replace("option kafka.", "Kafka setting ")) from None
-    return translated
 
 
 def _config_file(path: str | None, strict: bool) -> dict[str, str]:
@@ -182,7 +178,7 @@ def scrub(message: str, args: argparse.Namespace) -> str:
     """The first line of `message`, with the values of secret `--kafka` settings masked."""
     for key, value in kafka_settings(args, strict=False).items():
         if value and is_secret(key):
-            message = message.replace(value, "***")
+            message = message.replace(value, MASK)
     return message.splitlines()[0] if message else message
 
 

@@ -60,11 +60,17 @@ CLUSTER_DESCRIBE_CONFIGS = Permission("DescribeConfigs", "cluster")
 """Reading the brokers' transaction.max.timeout.ms when the query starts."""
 
 
-def principal(kafka: Mapping[str, str]) -> str:
-    """The principal the client settings authenticate as, as far as they tell."""
+def _login(kafka: Mapping[str, str]) -> tuple[dict[str, str], str, str]:
+    """The settings by lower-case name, the security protocol and the SASL mechanism."""
     lowered = {k.lower(): v for k, v in kafka.items()}
     protocol = lowered.get("security.protocol", "PLAINTEXT").upper()
     mechanism = (lowered.get("sasl.mechanism") or lowered.get("sasl.mechanisms") or "").upper()
+    return lowered, protocol, mechanism
+
+
+def principal(kafka: Mapping[str, str]) -> str:
+    """The principal the client settings authenticate as, as far as they tell."""
+    lowered, protocol, mechanism = _login(kafka)
     if protocol.startswith("SASL") and mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
         return f"User:{lowered.get('sasl.username', '')}"
     if protocol.startswith("SASL") and mechanism == "OAUTHBEARER":
@@ -104,9 +110,7 @@ def denied(permission: Permission, kafka: Mapping[str, str], step: str) -> Permi
 
 def authentication_failed(kafka: Mapping[str, str], detail: str) -> AuthenticationFailedError:
     """The error for credentials the brokers refused; `detail` must not hold a secret."""
-    lowered = {k.lower(): v for k, v in kafka.items()}
-    protocol = lowered.get("security.protocol", "PLAINTEXT").upper()
-    mechanism = (lowered.get("sasl.mechanism") or lowered.get("sasl.mechanisms") or "").upper()
+    _, protocol, mechanism = _login(kafka)
     how = f"SASL {mechanism or 'GSSAPI'}" if protocol.startswith("SASL") else "TLS"
     return AuthenticationFailedError(
         f"authentication failed ({how} as {principal(kafka)}, security.protocol={protocol}): "

@@ -2,7 +2,8 @@
 
 Users give librdkafka's settings (`kafka.sasl.username`, `kafka.ssl.ca.location`, ...), which the
 tasks' producers take as they are, or Spark's `kafka.sasl.jaas.config` from a job that used
-`format("kafka")`, which `translate_jaas` turns into librdkafka's. The driver's client is
+`format("kafka")`, which `translate_jaas` turns into librdkafka's (`client_settings` does
+both checks and masks the secrets in the logs). The driver's client is
 kafka-python (its EndTxn client): `driver_settings` gives it the same identity, and
 `check_driver_support` refuses, by name, any security setting it could not honour, so that
 the driver never connects as somebody else, or not at all, after the tasks succeeded.
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.redaction import mask_in_logs
 
 JAAS = "sasl.jaas.config"
 
@@ -92,6 +94,21 @@ _DRIVER_REFUSES = {
     "sasl.oauthbearer.config": "unsecured JWTs are for development brokers; use "
     "kafka.sasl.oauthbearer.method=oidc",
 }
+
+
+def client_settings(kafka: Mapping[str, str]) -> dict[str, str]:
+    """`kafka` as both clients take it: Spark's JAAS line translated, every secret masked in
+    this process's logs (the JAAS line's password on its own too), and nothing the driver's
+    client cannot honour.
+
+    Raises:
+        ConfigError: see `translate_jaas` and `check_driver_support`.
+    """
+    mask_in_logs(kafka)
+    settings = translate_jaas(kafka)
+    mask_in_logs(settings)
+    check_driver_support(settings)
+    return settings
 
 
 def translate_jaas(kafka: Mapping[str, str]) -> dict[str, str]:

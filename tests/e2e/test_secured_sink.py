@@ -65,7 +65,6 @@ def librdkafka_settings(broker: SecuredKafkaBroker, user: KafkaUser) -> dict[str
 
 def assert_exactly_once(broker: SecuredKafkaBroker, pipeline: Pipeline, ids: list[str]) -> None:
     admin = {k: str(v) for k, v in broker.setup_settings().items()}
-    admin.pop("bootstrap.servers", None)
     seen = read_topic(broker.bootstrap, pipeline.output, "read_committed", kafka=admin)
     report = compare_ids(ids, [(r.key or b"").decode() for r in seen])
     assert report.exact, report.summary()

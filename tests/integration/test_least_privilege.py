@@ -81,16 +81,16 @@ class Sink:
         options = self.options(transactionTimeoutMs="60000")
         return TaskTransaction(options.producer_config(f"{self.sink_id}-{partition}"), 30.0)
 
+    def admin(self) -> dict[str, str]:
+        """The super user's settings, to look at what the sink's user cannot."""
+        return {k: str(v) for k, v in self.broker.setup_settings().items()}
+
     def committed(self) -> list[str]:
-        admin = {k: str(v) for k, v in self.broker.setup_settings().items()}
-        admin.pop("bootstrap.servers", None)
-        seen = read_topic(self.broker.bootstrap, self.topic, kafka=admin, timeout_s=30)
+        seen = read_topic(self.broker.bootstrap, self.topic, kafka=self.admin(), timeout_s=30)
         return [record.value.decode() for record in seen if record.value is not None]
 
     def open_ids(self) -> list[str]:
-        admin = {k: str(v) for k, v in self.broker.setup_settings().items()}
-        admin.pop("bootstrap.servers", None)
-        with TxnAdmin(self.broker.bootstrap, admin, TIMEOUT_MS) as txn_admin:
+        with TxnAdmin(self.broker.bootstrap, self.admin(), TIMEOUT_MS) as txn_admin:
             states = txn_admin.describe([f"{self.sink_id}-0"])
         return [i for i, s in states.items() if s.state == "Ongoing"]
 
