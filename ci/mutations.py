@@ -29,7 +29,7 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
     "R2": (
         "streamWriter() rolls decided batches forward",
         "kafka_txn_sink/protocol/start.py",
-        "        roll_forward(session.commit_log, session.settler)\n",
+        "    roll_forward(commit_log, session.settler)\n",
         "",
     ),
     "R3": (
@@ -41,8 +41,8 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
     "R4": (
         "the clean-up at the end of commit()",
         "kafka_txn_sink/protocol/decide.py",
-        "take_due():\n            clean_up(self._options.sink_id, self._log, self._txn_admin,",
-        "take_due():\n            (self._options.sink_id, self._log, self._txn_admin,",
+        "take_due():\n            self._clean_up()\n",
+        "take_due():\n            pass\n",
     ),
     "R5": (
         "commit() rolls an already decided batch forward instead of deciding again",

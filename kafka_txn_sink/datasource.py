@@ -114,6 +114,7 @@ def _plan(
         files_plan=files_plan,
         log_query_id=started.log_query_id,
         last_decided=started.last_decided,
+        run=started.run,
         write=started.write,
     )
 

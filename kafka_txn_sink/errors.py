@@ -39,6 +39,10 @@ class CommitLogConflictError(CommitLogError):
     """A different record already exists for a batch; nothing was overwritten."""
 
 
+class SupersededError(KafkaTxnSinkError):
+    """A newer run of the query (another driver) owns the sink; this one decides nothing more."""
+
+
 class ParticipantNotCommittableError(KafkaTxnSinkError):
     """A prepared transaction is no longer Ongoing with its recorded producer id and epoch."""
 

@@ -60,6 +60,7 @@ def batch_row(commit_log: CommitLog, batch_id: int) -> Payload:
     completion = commit_log.completion(batch_id)
     return {
         "batch": batch_id,
+        "run": decision.run,
         "decided_at_ms": decision.decided_at_ms,
         "rows": decision.rows,
         "tasks": decision.tasks,
@@ -80,11 +81,12 @@ def batch_rows(commit_log: CommitLog, limit: int = 0) -> tuple[list[Payload], in
 def batches_table(rows: Sequence[Payload], title: str | None = None) -> Table:
     """The table of `log list` for rows from `batch_rows`."""
     table = Table(title=title, title_justify="left")
-    for name in ("batch", "decided at", "rows", "participants", "completed", "lost rows"):
+    for name in ("batch", "run", "decided at", "rows", "participants", "completed", "lost rows"):
         table.add_column(name, justify="right" if name != "decided at" else "left")
     for row in rows:
         table.add_row(
             str(row["batch"]),
+            str(row["run"]) if row["run"] is not None else "-",
             iso(row["decided_at_ms"]),
             str(row["rows"]),
             f"{row['participants']}/{row['tasks']}",
@@ -145,6 +147,7 @@ def _render_log_show(payload: Payload, console: Console) -> None:
     summary.add_column("field")
     summary.add_column("value")
     summary.add_row("query id", decision["query_id"])
+    summary.add_row("run", str(decision.get("run", "-")))
     summary.add_row("decided at", iso(decision["decided_at_ms"]))
     summary.add_row(
         "tasks / participants", f"{decision['tasks']} / {len(decision['participants'])}"

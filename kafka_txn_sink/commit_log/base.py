@@ -14,12 +14,19 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
-from kafka_txn_sink.protocol.messages import Completion, Decision, Republish, SinkMeta
+from kafka_txn_sink.protocol.messages import (
+    Completion,
+    Decision,
+    Owner,
+    Release,
+    Republish,
+    SinkMeta,
+)
 
 T = TypeVar("T")
 # What the log holds; `_put` returns the same kind of record it is given.
-Record = SinkMeta | Decision | Completion | Republish
-R = TypeVar("R", SinkMeta, Decision, Completion, Republish)
+Record = SinkMeta | Decision | Completion | Republish | Owner | Release
+R = TypeVar("R", SinkMeta, Decision, Completion, Republish, Owner, Release)
 
 
 class CommitLog(Protocol):
@@ -110,6 +117,27 @@ class CommitLog(Protocol):
         the bound of an id-by-id clean-up."""
         ...
 
+    def put_owner(self, owner: Owner) -> Owner:
+        """Put-if-absent per run number; returns the owner record there afterwards (another
+        driver's, if it recorded that run number first)."""
+        ...
+
+    def owners(self) -> list[Owner]:
+        """Every owner record, by run number ascending."""
+        ...
+
+    def latest_run(self) -> int | None:
+        """The highest run number recorded, or None: cheaper than `owners()`."""
+        ...
+
+    def put_release(self, release: Release) -> Release:
+        """Put-if-absent per run number; returns the record there afterwards."""
+        ...
+
+    def released_runs(self) -> set[int]:
+        """The run numbers that recorded a release."""
+        ...
+
 
 class CommitLogBase(ABC):
     """The put-if-absent answers and the partition bound, shared by every format.
@@ -172,6 +200,16 @@ class CommitLogBase(ABC):
         """Record a republish round; if the round is recorded already, that record wins."""
         found = self._put(republish)
         return republish if found is None else found
+
+    def put_owner(self, owner: Owner) -> Owner:
+        """Record run `owner.run`; if that number is taken, the record already there wins."""
+        found = self._put(owner)
+        return owner if found is None else found
+
+    def put_release(self, release: Release) -> Release:
+        """Record that a run released its slot; a release already there wins."""
+        found = self._put(release)
+        return release if found is None else found
 
     def max_partition_count(self) -> int:
         """How many transactional ids recent batches used: the bound for an id-by-id clean-up."""

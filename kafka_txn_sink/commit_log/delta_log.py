@@ -21,6 +21,9 @@ One row per record, partitioned by `kind`:
     format_version  int      the version of the record's format (messages.FORMAT_VERSION)
     record          string   the record's exact JSON (protocol/messages.py), as the JSON log stores
 
+An owner and a release record (`messages.Owner`, `messages.Release`) have kind `owner` or
+`release` and the run number in `batch_id`.
+
 A republish record (files mode, `messages.Republish`) has kind `republish_<round>`, its batch id,
 sink id, time and `record`; one kind per round keeps put-if-absent per (kind, batch id).
 
@@ -67,7 +70,14 @@ from kafka_txn_sink.commit_log.base import (
     parse_record,
 )
 from kafka_txn_sink.errors import CommitLogError
-from kafka_txn_sink.protocol.messages import Completion, Decision, Republish, SinkMeta
+from kafka_txn_sink.protocol.messages import (
+    Completion,
+    Decision,
+    Owner,
+    Release,
+    Republish,
+    SinkMeta,
+)
 from kafka_txn_sink.storage import LocalStorage, S3Settings, Storage, open_storage
 
 log = logging.getLogger(__name__)
@@ -78,11 +88,14 @@ T = TypeVar("T")
 Condition = tuple[Literal["=", ">"], int]
 
 SINK, DECISION, COMPLETION = "sink", "decision", "completion"
+OWNER, RELEASE = "owner", "release"
 
 APP_IDS = {
     SINK: "kafka_txn_sink/sink",
     DECISION: "kafka_txn_sink/decisions",
     COMPLETION: "kafka_txn_sink/completions",
+    OWNER: "kafka_txn_sink/owners",
+    RELEASE: "kafka_txn_sink/releases",
 }
 REPUBLISH = "republish"
 
@@ -248,6 +261,25 @@ class DeltaCommitLog(CommitLogBase):
 
     def write_hint(self, batch_id: int) -> None:
         """Nothing to write: the table's metadata finds the highest completed batch cheaply."""
+
+    def owners(self) -> list[Owner]:
+        """Every owner row, by run number ascending."""
+        table = self._current()
+        if table is None:
+            return []
+        rows = self._rows(table, OWNER, [])
+        runs = sorted(r for r in rows if r is not None)
+        return [self._parse(OWNER, r, rows[r], Owner.from_json) for r in runs]
+
+    def latest_run(self) -> int | None:
+        """The highest run number with an owner row, or None."""
+        table = self._current()
+        return None if table is None else self._highest(table, OWNER)
+
+    def released_runs(self) -> set[int]:
+        """The run numbers with a release row (their batch ids only are read)."""
+        table = self._current()
+        return set() if table is None else set(self._batch_ids(table, RELEASE))
 
     # -- what CommitLogBase builds on -------------------------------------------------------
 
@@ -496,7 +528,7 @@ class DeltaCommitLog(CommitLogBase):
     ) -> T:
         where = f"{self.uri} ({kind} of batch {batch_id})" if batch_id is not None else self.uri
         found = parse_record(where, record.encode(), parse)
-        found_batch = getattr(found, "batch_id", batch_id)
+        found_batch = getattr(found, "batch_id", getattr(found, "run", batch_id))
         if found_batch != batch_id:
             raise CommitLogError(f"{where} holds the {kind} of batch {found_batch}")
         return found
@@ -552,6 +584,10 @@ def _row_of(record: Record) -> tuple[str, int | None, pa.Table]:
         return DECISION, record.batch_id, _decision_row(record)
     if isinstance(record, Completion):
         return COMPLETION, record.batch_id, _completion_row(record)
+    if isinstance(record, Owner):
+        return OWNER, record.run, _run_row(OWNER, record, record.started_at_ms)
+    if isinstance(record, Release):
+        return RELEASE, record.run, _run_row(RELEASE, record, record.released_at_ms)
     return _republish_kind(record.round), record.batch_id, _republish_row(record)
 
 
@@ -612,6 +648,17 @@ def _completion_row(completion: Completion) -> pa.Table:
         lost_rows=sum(x.rows for x in completion.lost),
         format_version=completion.version,
         record=completion.to_json().decode(),
+    )
+
+
+def _run_row(kind: str, record: Owner | Release, at_ms: int) -> pa.Table:
+    return _table(
+        kind=kind,
+        batch_id=record.run,
+        sink_id=record.sink_id,
+        recorded_at_ms=at_ms,
+        format_version=record.version,
+        record=record.to_json().decode(),
     )
 
 

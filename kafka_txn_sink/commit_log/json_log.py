@@ -6,6 +6,8 @@ Layout under the root:
     decisions/00000000000000000042.json batch 42 commits these participants (Decision)
     completions/00000000000000000042.json every participant of batch 42 is settled (Completion)
     republish/00000000000000000042-000.json references of batch 42 published again (Republish)
+    owners/00000000000000000003.json    run 3 of the query took the sink over (Owner)
+    releases/00000000000000000003.json  run 3 stopped and freed its id slot (Release)
     _hints/last_completed.json          a batch id at or below which everything is complete
 
 Records are created put-if-absent and never overwritten. The hint is only an optimisation that
@@ -30,7 +32,14 @@ from kafka_txn_sink.commit_log.base import (
     parse_record,
 )
 from kafka_txn_sink.errors import CommitLogError
-from kafka_txn_sink.protocol.messages import Completion, Decision, Republish, SinkMeta
+from kafka_txn_sink.protocol.messages import (
+    Completion,
+    Decision,
+    Owner,
+    Release,
+    Republish,
+    SinkMeta,
+)
 from kafka_txn_sink.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -41,6 +50,8 @@ SINK = "_sink.json"
 DECISIONS = "decisions/"
 COMPLETIONS = "completions/"
 REPUBLISH = "republish/"
+OWNERS = "owners/"
+RELEASES = "releases/"
 HINT = "_hints/last_completed.json"
 
 _BATCH_NAME = re.compile(r"^(\d{20})\.json$")
@@ -97,6 +108,22 @@ class JsonCommitLog(CommitLogBase):
                 f"batch {found.batch_id}"
             )
         return found
+
+    def owners(self) -> list[Owner]:
+        """Every owner record, by run number ascending."""
+        found = (self._read(_batch_name(OWNERS, r), Owner.from_json) for r in self._runs())
+        return [owner for owner in found if owner is not None]
+
+    def latest_run(self) -> int | None:
+        """The highest run number with an owner record (listed, not read), or None."""
+        return max(self._runs(), default=None)
+
+    def released_runs(self) -> set[int]:
+        """The run numbers with a release record (listed, not read)."""
+        return set(self._batches(RELEASES, None))
+
+    def _runs(self) -> list[int]:
+        return self._batches(OWNERS, None)
 
     def decided_batches(self, after: int | None = None) -> list[int]:
         """Every decided batch id above `after` (all of them when None or negative), ascending."""
@@ -207,6 +234,10 @@ def _name_of(record: Record) -> str:
         return decision_name(record.batch_id)
     if isinstance(record, Completion):
         return completion_name(record.batch_id)
+    if isinstance(record, Owner):
+        return _batch_name(OWNERS, record.run)
+    if isinstance(record, Release):
+        return _batch_name(RELEASES, record.run)
     return republish_name(record.batch_id, record.round)
 
 

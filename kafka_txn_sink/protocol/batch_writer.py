@@ -36,11 +36,11 @@ class KafkaTxnBatchWriter(DataSourceWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """On the driver: decide the write's batch and complete it (decide.py); for a write
         decided before, complete it if need be and write nothing more."""
-        commit_batch(self.plan.options, messages, self.batch.batch_id, self.batch)
+        commit_batch(self.plan.options, messages, self.batch.batch_id, self.plan.run, self.batch)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """On the driver: abort what the tasks prepared, unless the batch is decided."""
-        abort_batch(self.plan.options, messages, self.batch.batch_id)
+        abort_batch(self.plan.options, messages, self.batch.batch_id, self.plan.run)
 
 
 class KafkaTxnBatchArrowWriter(KafkaTxnBatchWriter, DataSourceArrowWriter):

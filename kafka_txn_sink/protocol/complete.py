@@ -19,6 +19,7 @@ from typing import Protocol
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import (
+    KafkaTxnSinkError,
     TransactionCompletionError,
     TransactionLostError,
 )
@@ -186,8 +187,32 @@ class Settler:
             result = results[participant.triple]
             error = result.error or "unknown"
             if not result.ok and not self._visible(participant.triple, participant.offsets, error):
-                lost.append((participant, error))
+                lost.append((participant, f"{error}; {self._loss_cause(participant.triple)}"))
         return lost
+
+    def _loss_cause(self, triple: Triple) -> str:
+        """Why the coordinator no longer holds `triple`, from the id's producer and epoch now.
+
+        A new InitProducerId on the id (another task attempt or run) bumps the epoch twice, or
+        hands out another producer id; the coordinator's timeout bumps it once and aborts.
+        """
+        try:
+            now = self._txn_admin.describe([triple.transactional_id]).get(triple.transactional_id)
+        except KafkaTxnSinkError as exc:
+            return f"cause unknown: the id could not be described ({exc})"
+        if now is None or now.producer_id < 0:
+            return "cause unknown: the coordinator no longer knows the id"
+        if now.producer_id != triple.producer_id or now.producer_epoch >= triple.producer_epoch + 2:
+            return (
+                f"{FENCED}: the id was initialised again (now producer {now.producer_id} epoch "
+                f"{now.producer_epoch}, {now.state})"
+            )
+        if now.producer_epoch == triple.producer_epoch + 1 and now.state in ABORTING:
+            return (
+                f"{TIMED_OUT}: the coordinator aborted it with epoch {now.producer_epoch} "
+                f"({now.state})"
+            )
+        return f"aborted ({now.state} at producer {now.producer_id} epoch {now.producer_epoch})"
 
     def _visible(self, triple: Triple, offsets: OffsetRanges, error: str) -> bool:
         """An EndTxn error is no proof of abort: read the transaction's first record back."""
@@ -206,6 +231,12 @@ class Settler:
             "committed" if visible else "aborted",
         )
         return visible
+
+# How a loss's cause reads in its reason (and how the advice finds it).
+FENCED = "fenced by another attempt or run"
+TIMED_OUT = "aborted by the coordinator's transaction timeout"
+ABORTING = ("PrepareAbort", "CompleteAbort")
+
 
 def _still_lost(participant: Participant, republish: Republish | None) -> bool:
     """Lost unless republished; records beside the references are lost all the same."""
@@ -236,10 +267,20 @@ def _loss_message(completion: Completion) -> str:
         f"{ {t: dict(r) for t, r in x.offsets.items()} }, {x.reason})"
         for x in completion.lost
     )
+    advice = []
+    if any(TIMED_OUT in x.reason for x in completion.lost):
+        advice.append(
+            "The coordinator's transaction timeout struck: raise transactionTimeoutMs (and the "
+            "brokers' transaction.max.timeout.ms) and restart crashed drivers sooner."
+        )
+    if any(FENCED in x.reason for x in completion.lost):
+        advice.append(
+            "Another process initialised the same transactional id before the commit: a second "
+            "driver or a task attempt of an older version of the sink, or another sink with "
+            "the same sinkId. Give each sink its own sinkId and run one version at a time."
+        )
     return (
-        f"batch {completion.batch_id} of sink {completion.sink_id} was decided but the broker "
-        f"aborted part of it before it could be committed (transaction timeout): {parts}. "
-        f"The loss is recorded in the commit log; the restarted query continues after it. "
-        f"Raise transactionTimeoutMs (and the brokers' transaction.max.timeout.ms) and restart "
-        f"crashed drivers sooner."
-    )
+        f"batch {completion.batch_id} of sink {completion.sink_id} was decided but part of it "
+        f"was aborted before it could be committed: {parts}. The loss is recorded in the commit "
+        f"log; the restarted query continues after it. {' '.join(advice)}"
+    ).rstrip()

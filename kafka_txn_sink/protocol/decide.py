@@ -1,19 +1,23 @@
 """Step 2, on the driver: decide a batch (`commit(messages, batchId)`), or abort it.
 
 `Committer.commit` does, in this order:
+0. stops with `SupersededError`, doing nothing, if a newer run owns the sink (runs.py);
 1. checks that the tasks' query is the one the commit log belongs to (before anything else; not
    for a batch write, whose decision carries the write's own query id);
 2. rolls forward a batch that is decided already, and does nothing more for it (a batch write's
-   batch decided for another write is refused: two writes ran at once);
+   batch decided for another write is refused: two writes ran at once; a batch decided by a
+   newer run means this run is superseded);
 3. checks that every task sent a message and that they add up;
 4. checks that every prepared transaction is still Ongoing with its triple and has time left
    before the brokers would abort it (the margin: commitLogTimeoutMs + commitTimeoutMs +
    clockSkewMs);
-5. writes the decision record put-if-absent: the commit point of the batch;
+5. checks once more that no newer run owns the sink, then writes the decision record, with its
+   run, put-if-absent: the commit point of the batch;
 6. completes the batch (complete.py): EndTxn(commit) for every participant, settled by a probe
    when it errs, then the completion marker;
 7. runs the clean-up of this sink's leftovers when it is due (recover.py).
 `abort` aborts each prepared transaction no decision holds, and never touches a decided one.
+A superseded run records that it released its id slot, and stops.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from kafka_txn_sink.errors import (
     KafkaTxnSinkError,
     ParticipantNotCommittableError,
     QueryIdMismatchError,
+    SupersededError,
     TransactionTooOldError,
 )
 from kafka_txn_sink.kafka.admin_api import ONGOING, TransactionAdmin
@@ -39,6 +44,7 @@ from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import Decision, Participant, now_ms
 from kafka_txn_sink.protocol.prepare import BatchWrite
 from kafka_txn_sink.protocol.recover import CleanupSchedule, clean_up
+from kafka_txn_sink.protocol.runs import RunRef, check_current, check_decided_by, release
 from kafka_txn_sink.protocol.session import cleanup_schedule, driver_session
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 
@@ -49,12 +55,14 @@ def commit_batch(
     options: SinkOptions,
     messages: Sequence[WriterCommitMessage | None],
     batch_id: int,
+    run: RunRef,
     write: BatchWrite | None = None,
 ) -> None:
     """Spark's `commit(messages, batchId)`: decide batch `batch_id` and complete it
-    (`write`: the batch write it is; None in a streaming query).
+    (`run`: the driver's run; `write`: the batch write it is, None in a streaming query).
 
     Raises:
+        SupersededError: a newer run owns the sink; nothing was decided.
         KafkaTxnSinkError: the batch cannot be decided (nothing of it is published; Spark
             runs it again, or the user re-runs the write) or its completion failed (recovery
             finishes it).
@@ -62,22 +70,30 @@ def commit_batch(
     schedule = cleanup_schedule(options)
     with driver_session(options) as session:
         committer = Committer(
-            options, session.commit_log, session.txn_admin, session.settler, schedule, write
+            options, session.commit_log, session.txn_admin, session.settler, run, schedule, write
         )
         try:
             committer.commit(messages, batch_id)
+        except SupersededError:
+            release(options.sink_id, session.commit_log, run)
+            raise
         except BaseException:
             schedule.make_due("the previous commit failed")
             raise
+        if write is not None:
+            release(options.sink_id, session.commit_log, run)
 
 
 def abort_batch(
-    options: SinkOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int
+    options: SinkOptions,
+    messages: Sequence[WriterCommitMessage | None],
+    batch_id: int,
+    run: RunRef,
 ) -> None:
     """Spark's `abort(messages, batchId)`: abort what the tasks prepared, unless decided."""
     cleanup_schedule(options).make_due("a batch was aborted")
     with driver_session(options) as session:
-        Committer(options, session.commit_log, session.txn_admin, session.settler).abort(
+        Committer(options, session.commit_log, session.txn_admin, session.settler, run).abort(
             messages, batch_id
         )
 
@@ -96,6 +112,7 @@ class Committer:
         commit_log: CommitLog,
         txn_admin: TransactionAdmin,
         settler: Settler,
+        run: RunRef,
         cleanup: CleanupSchedule | None = None,
         write: BatchWrite | None = None,
     ):
@@ -103,6 +120,7 @@ class Committer:
         self._log = commit_log
         self._txn_admin = txn_admin
         self._settler = settler
+        self._run = run
         self._cleanup = cleanup  # None: the full clean-up after every commit
         self._write = write
 
@@ -110,10 +128,12 @@ class Committer:
         """Decide batch `batch_id` from its tasks' messages, complete it, clean up when due.
 
         Raises:
+            SupersededError: a newer run owns the sink; this did nothing.
             QueryIdMismatchError, ParticipantNotCommittableError, TransactionTooOldError,
             CommitLogError: the batch is not decided; nothing of it is published.
             TransactionLostError / TransactionCompletionError: decided, but not completed.
         """
+        check_current(self._options.sink_id, self._log, self._run)
         tasks = _complete_messages(messages, batch_id)
         if self._write is None:
             check_query_id(self._log, {t.query_id for t in tasks})
@@ -124,6 +144,7 @@ class Committer:
         if decision is None:
             decision = self._decide(tasks, batch_id, query_id)
         else:
+            check_decided_by(decision, self._run, self._log)
             self._check_decided_for(decision, query_id)
             log.info(
                 "batch %d of sink %s was decided before; rolling it forward",
@@ -138,7 +159,7 @@ class Committer:
         self._settler.complete_or_raise_loss(decision)
         failpoints.fire("driver.after_completion", batch_id)
         if self._cleanup is None or self._cleanup.take_due():
-            clean_up(self._options.sink_id, self._log, self._txn_admin, self._settler)
+            self._clean_up()
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
         """Abort each prepared transaction that no decision holds; never touch a decided one."""
@@ -152,7 +173,10 @@ class Committer:
                 if not result.ok:
                     log.warning("abort of %s failed: %s", result.triple, result.error)
         if len(tasks) < len(messages) or not messages:
-            clean_up(self._options.sink_id, self._log, self._txn_admin, self._settler)
+            self._clean_up()
+
+    def _clean_up(self) -> None:
+        clean_up(self._options.sink_id, self._log, self._txn_admin, self._settler, self._run)
 
     def _decide(self, tasks: list[TaskCommit], batch_id: int, query_id: str) -> Decision:
         if any(t.status == "skipped" for t in tasks):
@@ -171,9 +195,20 @@ class Committer:
             tasks=len(tasks),
             rows=sum(p.rows for p in participants),
             decided_at_ms=now_ms(),
+            run=self._run.run,
         )
         failpoints.fire("driver.before_decision", batch_id)
-        self._log.put_decision(decision)
+        # Again, as late as possible: a driver frozen since the first check may have lost the
+        # sink meanwhile. (A decision that still lands after a newer owner record counts, and
+        # the newer run rolls it forward: runs.py.)
+        check_current(self._options.sink_id, self._log, self._run)
+        try:
+            self._log.put_decision(decision)
+        except CommitLogConflictError:
+            found = self._log.decision(batch_id)
+            if found is not None:
+                check_decided_by(found, self._run, self._log)
+            raise
         failpoints.fire("driver.after_decision", batch_id)
         return decision
 

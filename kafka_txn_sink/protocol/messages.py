@@ -122,6 +122,7 @@ class Decision:
     rows: int
     decided_at_ms: int
     version: int = FORMAT_VERSION
+    run: int | None = None  # the run (Owner.run) that decided; None before runs existed
 
     def same_decision(self, other: Decision) -> bool:
         """Equal in everything but the time it was made: a repeated write of our own decision."""
@@ -133,6 +134,7 @@ class Decision:
             == sorted(other.participants, key=_by_partition)
             and self.tasks == other.tasks
             and self.rows == other.rows
+            and self.run == other.run
         )
 
     def output_ranges(self) -> OffsetRanges:
@@ -152,6 +154,8 @@ class Decision:
         body = asdict(self)
         body["participants"] = [_participant_json(p) for p in self.participants]
         body["output"] = _offsets_json(self.output_ranges())
+        if self.run is None:
+            body.pop("run")  # a log written before runs existed keeps its records as they were
         return _dump("decision", body)
 
     @classmethod
@@ -172,6 +176,7 @@ class Decision:
                 rows=int(body["rows"]),
                 decided_at_ms=int(body["decided_at_ms"]),
                 version=int(body["version"]),
+                run=int(body["run"]) if body.get("run") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(f"malformed decision record: {exc!r}") from exc
@@ -321,6 +326,85 @@ class SinkMeta:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(f"malformed sink record: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Run `run` of the sink's query took it over, using transactional-id slot `slot`.
+
+    Runs are numbered 0, 1, 2... in the order they were recorded (put-if-absent per number), so
+    the highest number is the current owner. `driver` names the driver process (host, pid,
+    start time) for messages and for finding a driver's own run again.
+    """
+
+    sink_id: str
+    run: int
+    slot: int
+    driver: str
+    started_at_ms: int
+    version: int = FORMAT_VERSION
+
+    def to_json(self) -> bytes:
+        """The record as the commit log stores it (sorted, compact JSON)."""
+        return _dump("owner", asdict(self))
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Owner:
+        """The record stored as `data`.
+
+        Raises:
+            CommitLogError: `data` is not such a record, or from a newer format.
+        """
+        body = _load("owner", data)
+        try:
+            return cls(
+                sink_id=body["sink_id"],
+                run=int(body["run"]),
+                slot=int(body["slot"]),
+                driver=str(body["driver"]),
+                started_at_ms=int(body["started_at_ms"]),
+                version=int(body["version"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CommitLogError(f"malformed owner record: {exc!r}") from exc
+
+    def describe(self) -> str:
+        """How messages name the run: number, slot, driver and start time."""
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_at_ms / 1000))
+        return f"run {self.run} (driver {self.driver}, slot {self.slot}, started {started})"
+
+
+@dataclass(frozen=True)
+class Release:
+    """Run `run` stopped between batches (superseded, or its batch write done): its slot is
+    free for the next run."""
+
+    sink_id: str
+    run: int
+    released_at_ms: int
+    version: int = FORMAT_VERSION
+
+    def to_json(self) -> bytes:
+        """The record as the commit log stores it (sorted, compact JSON)."""
+        return _dump("release", asdict(self))
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Release:
+        """The record stored as `data`.
+
+        Raises:
+            CommitLogError: `data` is not such a record, or from a newer format.
+        """
+        body = _load("release", data)
+        try:
+            return cls(
+                sink_id=body["sink_id"],
+                run=int(body["run"]),
+                released_at_ms=int(body["released_at_ms"]),
+                version=int(body["version"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CommitLogError(f"malformed release record: {exc!r}") from exc
 
 
 def _by_partition(participant: Participant) -> int:

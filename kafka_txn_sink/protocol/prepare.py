@@ -4,9 +4,11 @@ A task attempt of Spark partition `p`:
 1. checks that the query writing is the one the commit log belongs to (not in a batch write,
    whose batch and query id the driver chose: `BatchWrite`);
 2. returns `skipped` if batch N is decided already (initialising the id now would fence a
-   decided participant that is not committed yet);
-3. initialises the transactional id `{sinkId}-{p}` (fencing every earlier attempt and aborting
-   whatever it left open) and begins a transaction;
+   decided participant that is not committed yet). It does not check for a newer run: its
+   slot's ids are its run's alone, so it cannot hurt another run, and the driver's commit stops
+   a superseded run;
+3. initialises the transactional id `{sinkId}-{slot}-{p}` of its run's slot (fencing every
+   earlier attempt of the run and aborting whatever it left open) and begins a transaction;
 4. hands its rows to its outputs (records, files, or both: `TaskOutput`), which produce into
    that transaction; files mode uploads its files and produces one reference per file;
 5. flushes, reads the transaction's producer id and epoch, and returns a `TaskCommit` with the
@@ -30,6 +32,7 @@ from kafka_txn_sink.kafka.producer import TaskTransaction
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.protocol.output import TaskOutput
+from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.records.columns import Columns
@@ -80,6 +83,7 @@ class TaskPlan:
     files_plan: Any  # files mode's `files.plan.FilePlan`, or None (typed loosely: lazy import)
     log_query_id: str | None
     last_decided: int | None
+    run: RunRef
     write: BatchWrite | None = None  # a batch write; None in a streaming query
 
 
@@ -109,7 +113,9 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
         return skipped
     options = plan.options
     txn = TaskTransaction(
-        options.producer_config(transactional_id(options.sink_id, task.partition)),
+        options.producer_config(
+            transactional_id(options.sink_id, task.partition, slot=plan.run.slot)
+        ),
         options.client_timeout_s,
     )
     outputs = open_outputs(plan, txn, task)

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog
-from kafka_txn_sink.errors import KafkaTxnSinkError
+from kafka_txn_sink.errors import KafkaTxnSinkError, SupersededError
 from kafka_txn_sink.kafka.admin_api import NOT_FOUND, ONGOING, TransactionAdmin, TxnState
 from kafka_txn_sink.protocol.complete import MAX_REPUBLISH_ROUNDS, Settler
 from kafka_txn_sink.protocol.messages import Completion, Decision, Triple
-from kafka_txn_sink.protocol.txn_ids import owns, republish_id, transactional_id
+from kafka_txn_sink.protocol.runs import RunRef, check_current, may_abort
+from kafka_txn_sink.protocol.txn_ids import SLOTS, owns, republish_id, slot_of, transactional_id
 
 log = logging.getLogger(__name__)
 
@@ -39,20 +40,34 @@ class Holdings:
 
     open: tuple[TxnState, ...]
     held: Mapping[Triple, int]  # triple -> the incomplete batch that holds it
+    abortable: frozenset[Triple]  # open ones this reader may abort if no decision holds them
 
     def stale(self) -> list[TxnState]:
         """Open transactions no incomplete decision holds: what the clean-up aborts."""
-        return [state for state in self.open if state.triple not in self.held]
+        return [
+            state
+            for state in self.open
+            if state.triple not in self.held and state.triple in self.abortable
+        ]
 
 
-def sink_holdings(sink_id: str, commit_log: CommitLog, txn_admin: TransactionAdmin) -> Holdings:
+def sink_holdings(
+    sink_id: str,
+    commit_log: CommitLog,
+    txn_admin: TransactionAdmin,
+    run: RunRef | None = None,
+) -> Holdings:
     """Every open transaction of `sink_id`, and the triples incomplete batches still need.
 
     The open ones are those ListTransactions reports, together with every id the commit log says
-    the sink used (`{sinkId}-{p}` below its largest partition count, and `{sinkId}-republish`):
-    brokers list only the ids the caller may describe, so a listing alone can miss leftovers.
-    Held are the participants of every decided batch without a completion marker and the
-    recorded republish rounds of those batches.
+    the sink used (`{sinkId}-{slot}-{p}` of every slot below its largest partition count, and
+    `{sinkId}-republish`): brokers list only the ids the caller may describe, so a listing alone
+    can miss leftovers. Held are the participants of every decided batch without a completion
+    marker and the recorded republish rounds of those batches.
+
+    The ids are described before the log is read: every transaction seen is then one that a
+    decision read afterwards either holds or no longer can (runs.py). With `run` (the driver),
+    `abortable` leaves out other runs' transactions that their run may still decide.
     """
     ids = set(_log_known_ids(sink_id, commit_log))
     try:
@@ -61,7 +76,14 @@ def sink_holdings(sink_id: str, commit_log: CommitLog, txn_admin: TransactionAdm
         log.info("ListTransactions refused; describing the ids the commit log knows of")
     states = txn_admin.describe(ids)
     open_ = tuple(s for _, s in sorted(states.items()) if s.state == ONGOING)
-    return Holdings(open=open_, held=_held_triples(commit_log))
+    held = _held_triples(commit_log)
+    owners, latest = commit_log.owners(), commit_log.latest_decision()
+    abortable = frozenset(
+        state.triple
+        for state in open_
+        if may_abort(_slot(sink_id, state.transactional_id), run, owners, latest)
+    )
+    return Holdings(open=open_, held=held, abortable=abortable)
 
 
 def known_ids(sink_id: str, txn_admin: TransactionAdmin) -> list[str]:
@@ -69,7 +91,7 @@ def known_ids(sink_id: str, txn_admin: TransactionAdmin) -> list[str]:
     try:
         return sorted(i for i in txn_admin.list_ids() if owns(sink_id, i))
     except KafkaTxnSinkError:
-        ids = [transactional_id(sink_id, p) for p in range(PROBED_IDS_WITHOUT_LISTING)]
+        ids = _slot_ids(sink_id, PROBED_IDS_WITHOUT_LISTING)
         return sorted(i for i, s in txn_admin.describe(ids).items() if s.state != NOT_FOUND)
 
 
@@ -100,21 +122,28 @@ def clean_up(
     commit_log: CommitLog,
     txn_admin: TransactionAdmin,
     settler: Settler,
+    run: RunRef,
 ) -> list[Triple]:
-    """Abort every open transaction of this sink that no incomplete decision holds.
+    """Abort every open transaction of this sink that no incomplete decision holds and that
+    no other run may still decide (`sink_holdings`); nothing if a newer run owns the sink.
 
     Best effort: it never raises (but for injected failures). Call it only when no task of this
-    sink runs, so nothing live is touched. Returns the triples it tried to abort.
+    run runs, so nothing live of its own is touched. Returns the triples it tried to abort.
     """
     try:
         failpoints.fire("driver.before_cleanup")
-        stale = [state.triple for state in sink_holdings(sink_id, commit_log, txn_admin).stale()]
+        holdings = sink_holdings(sink_id, commit_log, txn_admin, run)
+        check_current(sink_id, commit_log, run)
+        stale = [state.triple for state in holdings.stale()]
         for result in settler.abort(stale):
             if not result.ok:
                 log.warning("clean-up could not abort %s: %s", result.triple, result.error)
         return stale
     except failpoints.FailpointError:
         raise
+    except SupersededError as exc:
+        log.warning("clean-up of sink %s skipped: %s", sink_id, exc)
+        return []
     except Exception:
         log.warning("clean-up of sink %s failed; the next batch retries", sink_id, exc_info=True)
         return []
@@ -164,8 +193,21 @@ class CleanupSchedule:
 
 
 def _log_known_ids(sink_id: str, commit_log: CommitLog) -> list[str]:
-    partitions = commit_log.max_partition_count()
-    return [transactional_id(sink_id, p) for p in range(partitions)] + [republish_id(sink_id)]
+    return [*_slot_ids(sink_id, commit_log.max_partition_count()), republish_id(sink_id)]
+
+
+def _slot_ids(sink_id: str, partitions: int) -> list[str]:
+    return [
+        transactional_id(sink_id, p, slot=slot) for slot in range(SLOTS) for p in range(partitions)
+    ]
+
+
+def _slot(sink_id: str, txn_id: str) -> int | None:
+    """The id's slot; None for the republish id and ids from before slots (the oldest run's)."""
+    try:
+        return slot_of(sink_id, txn_id)
+    except ValueError:
+        return None
 
 
 def _held_triples(commit_log: CommitLog) -> dict[Triple, int]:

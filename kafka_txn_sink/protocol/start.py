@@ -7,8 +7,10 @@ batch's participants). It:
 2. lets librdkafka judge the user's `kafka.*` settings once, here, rather than in every task;
 3. makes sure the commit log belongs to this sink (claiming it on the sink's first start, unless
    the brokers already know this sink's ids: a deleted or moved log);
-4. rolls forward every decided batch without a completion marker;
-5. reads what the tasks need from the log: whose log it is and the last decided batch.
+4. finds this driver's run, recording a new one (and its id slot) on its first batch
+   (runs.py), and stops if a newer run owns the sink;
+5. rolls forward every decided batch without a completion marker;
+6. reads what the tasks need from the log: whose log it is, the last decided batch, the run.
 
 `start_write` does the same in `writer()`, before a batch write's (`df.write`) tasks, and then
 finds the batch of the log the write is: the batch decided for its writeId before (its tasks
@@ -39,11 +41,15 @@ from kafka_txn_sink.options import (
 from kafka_txn_sink.protocol.messages import Decision, SinkMeta, now_ms
 from kafka_txn_sink.protocol.prepare import BatchWrite, is_batch_write, write_query_id
 from kafka_txn_sink.protocol.recover import known_ids, roll_forward
+from kafka_txn_sink.protocol.runs import RunRef, check_current, take_over
 from kafka_txn_sink.protocol.session import DriverSession, driver_session, shared_cluster_of
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.storage import open_storage
 
 log = logging.getLogger(__name__)
+
+# How long a newer run counts as possibly alive when the transaction timeout is unknown.
+DEFAULT_FRESH_MS = 900_000
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class BatchStart:
     options: SinkOptions
     log_query_id: str | None
     last_decided: int | None
+    run: RunRef
     write: BatchWrite | None = None  # a batch write's batch; None for a streaming query
 
 
@@ -68,12 +75,13 @@ def start_batch(options: SinkOptions) -> BatchStart:
     """
     options = _fit_to_cluster(options)
     with driver_session(options) as session:
-        latest = _claim_and_recover(session)
+        latest, run = _claim_and_recover(session)
     _check_use(options, latest, batch_write=False)
     return BatchStart(
         options,
         log_query_id=latest.query_id if latest else None,
         last_decided=latest.batch_id if latest else None,
+        run=run,
     )
 
 
@@ -90,7 +98,7 @@ def start_write(options: SinkOptions, write_id: str) -> BatchStart:
     """
     options = _fit_to_cluster(options)
     with driver_session(options) as session:
-        latest = _claim_and_recover(session)
+        latest, run = _claim_and_recover(session)
         _check_use(options, latest, batch_write=True)
         earlier = find_write(session.commit_log, write_query_id(write_id)) if latest else None
         if earlier is not None:
@@ -102,6 +110,7 @@ def start_write(options: SinkOptions, write_id: str) -> BatchStart:
         options,
         log_query_id=latest.query_id if latest else None,
         last_decided=latest.batch_id if latest else None,
+        run=run,
         write=BatchWrite(write_id, batch_id),
     )
 
@@ -176,11 +185,17 @@ def _fit_to_cluster(options: SinkOptions) -> SinkOptions:
     return options
 
 
-def _claim_and_recover(session: DriverSession) -> Decision | None:
-    """Steps 3 to 5: claim the log, roll decided batches forward; the latest decision."""
-    claim_log(session.options, session.commit_log, session.txn_admin)
-    roll_forward(session.commit_log, session.settler)
-    return session.commit_log.latest_decision()
+def _claim_and_recover(session: DriverSession) -> tuple[Decision | None, RunRef]:
+    """Steps 3 to 6: claim the log, take the run, roll decided batches forward; the latest
+    decision and the run."""
+    options, commit_log = session.options, session.commit_log
+    claim_log(options, commit_log, session.txn_admin)
+    fresh_ms = options.transaction_timeout_ms or DEFAULT_FRESH_MS
+    owner = take_over(options.sink_id, commit_log, fresh_ms)
+    run = RunRef(owner.run, owner.slot)
+    roll_forward(commit_log, session.settler)
+    check_current(options.sink_id, commit_log, run)
+    return commit_log.latest_decision(), run
 
 
 def resolve_against_cluster(
@@ -245,7 +260,7 @@ def check_producer_settings(options: SinkOptions) -> None:
     )
     if key in _CHECKED_PRODUCER_SETTINGS:
         return
-    config = options.producer_config(transactional_id(options.sink_id, 0))
+    config = options.producer_config(transactional_id(options.sink_id, 0, slot=0))
     try:
         Producer(config)  # no request is sent before init_transactions(); dropped at once
     except (KafkaException, ValueError, TypeError) as exc:

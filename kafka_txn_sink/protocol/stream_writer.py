@@ -35,11 +35,11 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """On the driver: decide the batch and complete it (decide.py)."""
-        commit_batch(self.plan.options, messages, batchId)
+        commit_batch(self.plan.options, messages, batchId, self.plan.run)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """On the driver: abort what the tasks prepared, unless the batch is decided."""
-        abort_batch(self.plan.options, messages, batchId)
+        abort_batch(self.plan.options, messages, batchId, self.plan.run)
 
 
 class KafkaTxnStreamArrowWriter(KafkaTxnStreamWriter):

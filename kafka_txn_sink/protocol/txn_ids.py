@@ -1,4 +1,9 @@
-"""Transactional ids of a sink: `{sinkId}-{partition}`, a bounded pool reused every batch.
+"""Transactional ids of a sink: `{sinkId}-{slot}-{partition}`, a bounded pool reused every batch.
+
+Each run of the query (runs.py) takes one of `SLOTS` slots, so two runs alive at once (a job
+retry beside a frozen driver) never share an id: one run's tasks cannot fence the other's
+transactions. The brokers know at most SLOTS x partitions ids of a sink, however often it
+restarts. Logs written before slots existed used `{sinkId}-{partition}` (slot None here).
 
 Recovery has one more, `{sinkId}-republish`, for publishing again the file references of a
 decided batch whose transactions the broker aborted (files mode). Sink ids have no '-', so no
@@ -13,6 +18,8 @@ from kafka_txn_sink.errors import ConfigError
 
 _SINK_ID = re.compile(r"^[A-Za-z0-9._]{1,200}$")
 REPUBLISH = "republish"
+# Runs that may hold ids at once; the model (model/README.md) needs at least 2.
+SLOTS = 4
 
 
 def validate_sink_id(sink_id: str) -> str:
@@ -29,11 +36,12 @@ def validate_sink_id(sink_id: str) -> str:
     return sink_id
 
 
-def transactional_id(sink_id: str, partition: int) -> str:
-    """The id of Spark partition `partition`'s transactions: `{sinkId}-{partition}`."""
-    if partition < 0:
-        raise ValueError(f"partition must be >= 0, got {partition}")
-    return f"{sink_id}-{partition}"
+def transactional_id(sink_id: str, partition: int, *, slot: int) -> str:
+    """The id of Spark partition `partition`'s transactions in slot `slot`:
+    `{sinkId}-{slot}-{partition}`."""
+    if partition < 0 or not 0 <= slot < SLOTS:
+        raise ValueError(f"need partition >= 0 and 0 <= slot < {SLOTS}, got {partition}, {slot}")
+    return f"{sink_id}-{slot}-{partition}"
 
 
 def republish_id(sink_id: str) -> str:
@@ -43,7 +51,7 @@ def republish_id(sink_id: str) -> str:
 
 def id_pattern(sink_id: str) -> re.Pattern[str]:
     """Matches exactly this sink's ids, never those of a sink whose id merely shares a prefix."""
-    return re.compile(rf"^{re.escape(sink_id)}-([0-9]+|{REPUBLISH})$")
+    return re.compile(rf"^{re.escape(sink_id)}-(?:(?:([0-9]+)-)?([0-9]+)|{REPUBLISH})$")
 
 
 def owns(sink_id: str, txn_id: str) -> bool:
@@ -57,6 +65,21 @@ def partition_of(sink_id: str, txn_id: str) -> int:
     Raises:
         ValueError: `txn_id` is not a task id of this sink.
     """
-    if not owns(sink_id, txn_id) or txn_id == republish_id(sink_id):
+    return _task_id_parts(sink_id, txn_id)[1]
+
+
+def slot_of(sink_id: str, txn_id: str) -> int | None:
+    """The slot of a task id of this sink; None for an id from before slots existed.
+
+    Raises:
+        ValueError: `txn_id` is not a task id of this sink.
+    """
+    return _task_id_parts(sink_id, txn_id)[0]
+
+
+def _task_id_parts(sink_id: str, txn_id: str) -> tuple[int | None, int]:
+    match = id_pattern(sink_id).match(txn_id)
+    if match is None or match.group(2) is None:
         raise ValueError(f"{txn_id!r} is not a transactional id of sink {sink_id!r}")
-    return int(txn_id.rsplit("-", 1)[1])
+    slot = match.group(1)
+    return (int(slot) if slot is not None else None), int(match.group(2))

@@ -57,6 +57,7 @@ class Pipeline:
     python: str = sys.executable  # of the driver and the workers (PySpark's version)
     input_dir: Path | None = None  # JSON-lines files as the source instead of the input topic
     spark_line: str = "4.0"  # the Spark version `python` runs: every successful run is checked
+    signals_name: str = "failpoints"  # a second driver of the same sink blocks on its own points
 
     @property
     def commit_log(self) -> Path:
@@ -68,7 +69,7 @@ class Pipeline:
 
     @property
     def signals(self) -> Path:
-        path = self.workdir / "failpoints"
+        path = self.workdir / self.signals_name
         path.mkdir(parents=True, exist_ok=True)
         return path
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from kafka.partitioner.default import murmur2
 
+from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.conftest import on_both_spark_lines
 from tests.e2e.harness import (
@@ -42,7 +43,7 @@ def test_several_batches_over_several_partitions(pipeline: Pipeline) -> None:
     first = commit_log.decision(0)
     assert first is not None
     assert {p.transactional_id for p in first.participants} == {
-        f"{pipeline.sink_id}-{p}" for p in range(3)
+        transactional_id(pipeline.sink_id, p, slot=0) for p in range(3)
     }
     for record in read_topic(pipeline.bootstrap, pipeline.output):
         assert record.key is not None

@@ -24,6 +24,7 @@ from confluent_kafka import Producer
 
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.protocol.messages import Triple
+from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import (
     Outcome,
@@ -87,7 +88,10 @@ def test_fenced_participant_fails_the_batch_before_the_decision(pipeline: Pipeli
 
     # Another producer with the id of Spark partition 0 fences (and aborts) its transaction.
     fencer = Producer(
-        {"bootstrap.servers": pipeline.bootstrap, "transactional.id": f"{pipeline.sink_id}-0"}
+        {
+            "bootstrap.servers": pipeline.bootstrap,
+            "transactional.id": transactional_id(pipeline.sink_id, 0, slot=0),
+        }
     )
     fencer.init_transactions(30)
     pipeline.release("driver.before_prepare_check")
@@ -236,7 +240,7 @@ def test_restart_with_fewer_partitions_aborts_the_ids_left_behind_only(
         process = pipeline.start("driver.before_decision=block@1")
         pipeline.wait_reached("driver.before_decision", process)
         kill_group(process)
-        left_behind = [f"{pipeline.sink_id}-{p}" for p in range(4)]
+        left_behind = [transactional_id(pipeline.sink_id, p, slot=0) for p in range(4)]
         before = describe(pipeline.bootstrap, left_behind)
         assert {i: s.state for i, s in before.items()} == dict.fromkeys(left_behind, ONGOING)
 

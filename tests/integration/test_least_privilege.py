@@ -27,6 +27,7 @@ from kafka_txn_sink.kafka.producer import TaskTransaction
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.options import SinkOptions, parse_options
 from kafka_txn_sink.protocol.start import resolve_against_cluster
+from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.testing.secured_broker import KafkaUser, SecuredKafkaBroker
 from kafka_txn_sink.testing.topics import read_topic
 
@@ -79,7 +80,9 @@ class Sink:
 
     def transaction(self, partition: int = 0) -> TaskTransaction:
         options = self.options(transactionTimeoutMs="60000")
-        return TaskTransaction(options.producer_config(f"{self.sink_id}-{partition}"), 30.0)
+        return TaskTransaction(
+            options.producer_config(transactional_id(self.sink_id, partition, slot=0)), 30.0
+        )
 
     def admin(self) -> dict[str, str]:
         """The super user's settings, to look at what the sink's user cannot."""
@@ -91,7 +94,7 @@ class Sink:
 
     def open_ids(self) -> list[str]:
         with TxnAdmin(self.broker.bootstrap, self.admin(), TIMEOUT_MS) as txn_admin:
-            states = txn_admin.describe([f"{self.sink_id}-0"])
+            states = txn_admin.describe([transactional_id(self.sink_id, 0, slot=0)])
         return [i for i, s in states.items() if s.state == "Ongoing"]
 
 
@@ -127,9 +130,12 @@ def test_the_readme_acls_are_enough_for_every_step(broker: SecuredKafkaBroker) -
     assert prepared is not None
     transaction.detach()
     with sink.txn_admin() as txn_admin:
-        assert txn_admin.describe([prepared.triple.transactional_id])[
-            prepared.triple.transactional_id
-        ].state == "Ongoing"
+        assert (
+            txn_admin.describe([prepared.triple.transactional_id])[
+                prepared.triple.transactional_id
+            ].state
+            == "Ongoing"
+        )
         [result] = txn_admin.end_transactions([prepared.triple], commit=True, deadline_s=30)
         assert result.ok, result.error
     first = prepared.offsets[sink.topic][0][0]

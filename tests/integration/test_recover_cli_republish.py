@@ -94,7 +94,7 @@ def no_failpoints(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
 def aborted_participant(bed: Bed, partition: int, files: int) -> Participant:
     """A prepared participant holding the references of `files` Avro files, then fenced."""
     config = producer_config(
-        bed.bootstrap, {}, transactional_id(bed.sink_id, partition), TIMEOUT_MS
+        bed.bootstrap, {}, transactional_id(bed.sink_id, partition, slot=0), TIMEOUT_MS
     )
     txn = TaskTransaction(config, 30)
     txn.init()

@@ -117,7 +117,7 @@ def write_files(bed: Bed, partition: int, count: int) -> tuple[FileRef, ...]:
 
 def aborted_participant(bed: Bed, partition: int, files: int, records: int = 0) -> Participant:
     """A prepared participant with `files` references (and records), then fenced."""
-    txn_id = transactional_id(bed.sink_id, partition)
+    txn_id = transactional_id(bed.sink_id, partition, slot=0)
     config = producer_config(bed.bootstrap, {}, txn_id, TIMEOUT_MS)
     txn = TaskTransaction(config, 30)
     txn.init()

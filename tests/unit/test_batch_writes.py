@@ -26,6 +26,7 @@ from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.decide import Committer
 from kafka_txn_sink.protocol.messages import Decision, SinkMeta
 from kafka_txn_sink.protocol.prepare import BatchWrite, is_batch_write, write_query_id
+from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.start import find_write
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 from tests.unit.test_decide import SINK, Driver, FakeCluster, FakeTxnAdmin, prepared
@@ -116,7 +117,7 @@ def make_driver(tmp_path: Path, write: BatchWrite | None) -> Driver:
     log = open_commit_log(options.commit_log)
     txn_admin, cluster = FakeTxnAdmin(), FakeCluster()
     settler = Settler(SINK, log, txn_admin, cluster, deadline_s=1)
-    committer = Committer(options, log, txn_admin, settler, write=write)
+    committer = Committer(options, log, txn_admin, settler, RunRef(0, 0), write=write)
     return Driver(log, txn_admin, cluster, committer)
 
 

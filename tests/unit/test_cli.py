@@ -110,7 +110,7 @@ def test_log_list_table(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "2023-11-14T22:13:20Z" in out  # batch 0's decision time
     lines = [line for line in out.splitlines() if line.startswith("│")]
     assert len(lines) == 3
-    assert "no" in lines[2].split("│")[5]  # batch 2 is not completed
+    assert "no" in lines[2].split("│")[6]  # batch 2 is not completed
 
 
 def test_log_show_json(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,7 @@ tests/e2e; here the order and the decisions of the driver are pinned down one by
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from kafka_txn_sink.errors import (
     KafkaTxnSinkError,
     ParticipantNotCommittableError,
     QueryIdMismatchError,
+    SupersededError,
     TransactionCompletionError,
     TransactionLostError,
     TransactionTooOldError,
@@ -26,8 +28,10 @@ from kafka_txn_sink.kafka.admin_api import ONGOING, EndTxnResult, TxnState
 from kafka_txn_sink.options import parse_options
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.decide import Committer
-from kafka_txn_sink.protocol.messages import Triple
+from kafka_txn_sink.protocol.messages import Decision, Owner, Participant, Triple, now_ms
+from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.task_commit import TaskCommit
+from kafka_txn_sink.protocol.txn_ids import transactional_id
 
 SINK = "orders"
 QUERY = "query-a"
@@ -109,7 +113,7 @@ def driver(tmp_path: Path) -> Driver:
     log = open_commit_log(options.commit_log)
     txn_admin, cluster = FakeTxnAdmin(), FakeCluster()
     settler = Settler(SINK, log, txn_admin, cluster, deadline_s=1)
-    committer = Committer(options, log, txn_admin, settler)
+    committer = Committer(options, log, txn_admin, settler, RunRef(0, 0))
     return Driver(log, txn_admin, cluster, committer)
 
 
@@ -278,3 +282,96 @@ def test_clean_up_never_raises(driver: Driver) -> None:
     driver.txn_admin.open(Triple(f"{SINK}-0", 5, 0))
 
     driver.committer.abort([None], 0)  # falls back to the ids the log knows; no error
+
+
+# -- two runs of the query on one sink (protocol/runs.py) -------------------------------------
+
+
+def run_task(driver: Driver, batch: int, partition: int, slot: int) -> TaskCommit:
+    """A prepared task of the run holding id slot `slot`."""
+    task = TaskCommit(
+        query_id=QUERY,
+        batch_id=batch,
+        partition=partition,
+        attempt=0,
+        status="prepared",
+        rows=10,
+        triple=Triple(transactional_id(SINK, partition, slot=slot), 200 + 10 * slot + partition, 0),
+        offsets={"out": {partition: (batch * 10, batch * 10 + 9)}},
+    )
+    driver.txn_admin.open(task.prepared_triple)
+    return task
+
+
+def two_runs(driver: Driver) -> tuple[Committer, Committer]:
+    """The old run (0, slot 0) and the new one (1, slot 1) that took the sink over."""
+    driver.log.put_owner(Owner(SINK, 0, 0, "old-driver", now_ms()))
+    driver.log.put_owner(Owner(SINK, 1, 1, "new-driver", now_ms()))
+    settler = Settler(SINK, driver.log, driver.txn_admin, driver.cluster, deadline_s=1)
+    options = driver.committer._options
+    old = Committer(options, driver.log, driver.txn_admin, settler, RunRef(0, 0))
+    new = Committer(options, driver.log, driver.txn_admin, settler, RunRef(1, 1))
+    return old, new
+
+
+def test_a_superseded_run_decides_nothing_and_names_the_newer_run(driver: Driver) -> None:
+    old, _ = two_runs(driver)
+    tasks = [run_task(driver, 2, p, slot=0) for p in range(2)]
+
+    with pytest.raises(SupersededError, match=r"run 0 .* superseded by run 1 \(driver new-driver"):
+        old.commit(tasks, 2)
+
+    assert driver.log.decision(2) is None
+    assert driver.txn_admin.calls == []
+
+
+def test_the_newer_run_completes_a_batch_the_older_run_decided_first(driver: Driver) -> None:
+    _, new = two_runs(driver)
+    old_tasks = [run_task(driver, 2, p, slot=0) for p in range(2)]
+    new_tasks = [run_task(driver, 2, p, slot=1) for p in range(2)]
+    participants = tuple(Participant.from_task(t) for t in old_tasks)
+    driver.log.put_decision(Decision(SINK, QUERY, 2, participants, 2, 20, now_ms(), run=0))
+
+    new.commit(new_tasks, 2)
+
+    assert sorted(ends(driver, commit=True), key=str) == [t.prepared_triple for t in old_tasks]
+    assert sorted(ends(driver, commit=False), key=str) == [t.prepared_triple for t in new_tasks]
+    completion = driver.log.completion(2)
+    assert completion is not None and completion.lost == ()
+
+
+def test_clean_up_spares_another_runs_transactions_until_a_newer_run_decides(
+    driver: Driver,
+) -> None:
+    old, new = two_runs(driver)
+    old_prepared = run_task(driver, 2, 0, slot=0)  # the old run may still decide batch 2
+
+    new.abort([None], 2)  # a failed batch of the new run runs the clean-up
+    assert ends(driver, commit=False) == []
+
+    new.commit([run_task(driver, 2, 0, slot=1)], 2)  # now the old run's commit of 2 must fail
+    assert old_prepared.prepared_triple in ends(driver, commit=False)
+    with pytest.raises(SupersededError):
+        old.commit([old_prepared], 2)
+
+
+@pytest.mark.parametrize(
+    ("now", "cause"),
+    [
+        (TxnState(f"{SINK}-0-0", "Empty", 100, 2), "fenced by another attempt or run"),
+        (TxnState(f"{SINK}-0-0", "Ongoing", 555, 0), "fenced by another attempt or run"),
+        (TxnState(f"{SINK}-0-0", "CompleteAbort", 100, 1), "transaction timeout"),
+    ],
+)
+def test_a_loss_names_its_cause_from_the_epoch_the_coordinator_reports(
+    driver: Driver, now: TxnState, cause: str
+) -> None:
+    task = run_task(driver, 0, 0, slot=0)
+    task = dataclasses.replace(task, triple=Triple(f"{SINK}-0-0", 100, 0))
+    driver.txn_admin.failing[task.prepared_triple] = "ProducerFencedError"
+    driver.txn_admin.states[now.transactional_id] = now
+    driver.cluster.visible = False
+
+    with pytest.raises(TransactionLostError, match=cause):
+        driver.committer._check_prepared = lambda *_: None  # type: ignore[method-assign]
+        driver.committer.commit([task], 0)

@@ -1,0 +1,189 @@
+"""Runs of a sink's query: which driver owns the sink now, and which id slot each run uses.
+
+A job retry can start a new driver while the old one is frozen or cut off, not dead. Both then
+run the same query on the same sink. What keeps a decided batch safe between them:
+- each run records itself in the commit log (`Owner`, put-if-absent per run number, numbers in
+  the order recorded) before it rolls anything forward or starts a task, and takes its own slot
+  of transactional ids (txn_ids.py), so neither run's tasks fence the other's transactions;
+- decisions stay put-if-absent per batch, and carry their run: whoever records batch N first
+  wins. A run that finds a batch decided by a newer run, or a newer owner record, is superseded:
+  it stops with `SupersededError` and decides nothing;
+- a run aborts another run's open transactions only once that run can no longer decide them
+  (`may_abort`), which is when a decision of a newer run is in the log: the older run's commit
+  of that batch must fail, so it never launches another stage.
+
+A run is a driver process: Spark calls the sink's driver steps in short-lived Python workers, so
+the run is found again from the driver's JVM (`driver_identity`), whose process id and start
+time the workers share. docs/protocol.md has the argument and the model that checked it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafka_txn_sink.commit_log import CommitLog
+from kafka_txn_sink.errors import CommitLogError, SupersededError
+from kafka_txn_sink.protocol.messages import Decision, Owner, Release, now_ms
+from kafka_txn_sink.protocol.txn_ids import SLOTS
+
+log = logging.getLogger(__name__)
+
+# Attempts at recording a run number that another driver may record at the same moment.
+CLAIM_ATTEMPTS = 8
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """What a task and the driver's later steps need of their run: its number and slot."""
+
+    run: int
+    slot: int
+
+
+def driver_identity() -> str:
+    """This driver, as `host:pid@start`: the nearest `java` ancestor process (Spark's driver
+    JVM, which starts the Python workers), or this process where there is none (/proc absent,
+    or called outside Spark)."""
+    host = socket.gethostname()
+    pid = os.getpid()
+    for _ in range(8):
+        stat = _proc_stat(pid)
+        if stat is None:
+            break
+        name, parent, started = stat
+        if name.startswith("java"):
+            return f"{host}:{pid}@{started}"
+        pid = parent
+    return f"{host}:{os.getpid()}"
+
+
+def take_over(sink_id: str, commit_log: CommitLog, fresh_ms: int) -> Owner:
+    """This driver's run: its own owner record if it is still the latest and not released,
+    else a new one.
+
+    A driver whose run was superseded is refused while the newer run is `fresh_ms` young (it
+    may be alive); after that it starts a new run, which supersedes the newer one.
+
+    Raises:
+        SupersededError: this driver's run was superseded by a run that may still be alive.
+        CommitLogError: no run number could be recorded in CLAIM_ATTEMPTS tries.
+    """
+    me = driver_identity()
+    for _ in range(CLAIM_ATTEMPTS):
+        owners, released = commit_log.owners(), commit_log.released_runs()
+        latest = owners[-1] if owners else None
+        mine = [o for o in owners if o.driver == me and o.run not in released]
+        if mine and mine[-1] == latest:
+            return latest
+        if mine and latest is not None and now_ms() - latest.started_at_ms < fresh_ms:
+            raise superseded(sink_id, mine[-1], latest)
+        wanted = Owner(
+            sink_id=sink_id,
+            run=latest.run + 1 if latest is not None else 0,
+            slot=choose_slot(owners, released),
+            driver=me,
+            started_at_ms=now_ms(),
+        )
+        if commit_log.put_owner(wanted).driver == me:
+            log.info("sink %s: this driver is %s", sink_id, wanted.describe())
+            return wanted
+    raise CommitLogError(
+        f"could not record a run of sink {sink_id} in {commit_log.uri}: other drivers recorded "
+        f"{CLAIM_ATTEMPTS} runs meanwhile"
+    )
+
+
+def choose_slot(owners: list[Owner], released: set[int]) -> int:
+    """The lowest slot never used or released by its last holder; else the slot held longest,
+    never the current owner's."""
+    holders = {owner.slot: owner for owner in owners}
+    free = [s for s in range(SLOTS) if s not in holders or holders[s].run in released]
+    if free:
+        return free[0]
+    current = owners[-1].slot
+    return min((o for s, o in holders.items() if s != current), key=lambda o: o.run).slot
+
+
+def check_current(sink_id: str, commit_log: CommitLog, run: RunRef) -> None:
+    """Stop a superseded run before it acts.
+
+    Raises:
+        SupersededError: the log has a newer owner record than `run`.
+    """
+    latest_run = commit_log.latest_run()
+    if latest_run is None or latest_run <= run.run:
+        return
+    owners = commit_log.owners()
+    latest = owners[-1] if owners else None
+    mine = next((o for o in owners if o.run == run.run), None)
+    raise superseded(sink_id, mine, latest)
+
+
+def check_decided_by(decision: Decision, run: RunRef, commit_log: CommitLog) -> None:
+    """A batch decided by a newer run means this run was superseded.
+
+    Raises:
+        SupersededError: `decision` is a newer run's.
+    """
+    if decision.run is None or decision.run <= run.run:
+        return
+    owners = {o.run: o for o in commit_log.owners()}
+    raise superseded(decision.sink_id, owners.get(run.run), owners.get(decision.run), decision)
+
+
+def superseded(
+    sink_id: str, mine: Owner | None, newer: Owner | None, decision: Decision | None = None
+) -> SupersededError:
+    """The error of a run that found a newer one: it names both, and what happens next."""
+    this = mine.describe() if mine is not None else "this driver's run"
+    other = newer.describe() if newer is not None else "a newer run"
+    what = f" (it decided batch {decision.batch_id})" if decision is not None else ""
+    return SupersededError(
+        f"sink {sink_id}: {this} was superseded by {other}{what}, which now owns the sink. "
+        f"This driver decides nothing more and stops; the batches it prepared are aborted or "
+        f"left to the newer run, so nothing is lost or written twice. If the newer run is a job "
+        f"retry, stop this one; if you want this one to run, stop the newer one first."
+    )
+
+
+def release(sink_id: str, commit_log: CommitLog, run: RunRef) -> None:
+    """Free this run's slot for the next run (best effort: a run that never releases has its
+    slot taken back by `choose_slot` when the pool is full)."""
+    try:
+        commit_log.put_release(Release(sink_id=sink_id, run=run.run, released_at_ms=now_ms()))
+    except CommitLogError as exc:
+        log.warning("could not record the release of run %d of sink %s: %s", run.run, sink_id, exc)
+
+
+def may_abort(
+    slot: int | None, run: RunRef | None, owners: list[Owner], latest: Decision | None
+) -> bool:
+    """Whether a driver of `run` may abort an open, undecided transaction of id slot `slot`.
+
+    Its own slot's, yes (it runs the clean-up only when none of its tasks runs). Another run's
+    only when a newer run decided a batch since: that run then cannot pass its commit of that
+    batch, so it decides nothing more. Ids from before slots existed count as the oldest run's.
+    Without a run (the CLI, which checks the query is stopped itself), yes.
+    """
+    if run is None or slot == run.slot:
+        return True
+    if latest is None or latest.run is None:
+        return False
+    holders = {owner.slot: owner.run for owner in owners}
+    holder = holders.get(slot, -1) if slot is not None else -1
+    return holder < latest.run
+
+
+def _proc_stat(pid: int) -> tuple[str, int, str] | None:
+    """(executable name, parent pid, start time in clock ticks) of `pid`, from /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        name = Path(os.readlink(f"/proc/{pid}/exe")).name
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return name, int(fields[1]), fields[19]

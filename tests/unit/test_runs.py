@@ -1,0 +1,160 @@
+"""Runs of a sink (protocol/runs.py): who owns the sink, slots, and who may abort what."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kafka_txn_sink.commit_log import CommitLog, open_commit_log
+from kafka_txn_sink.errors import SupersededError
+from kafka_txn_sink.protocol import runs
+from kafka_txn_sink.protocol.messages import Decision, Owner, Release, now_ms
+from kafka_txn_sink.protocol.runs import (
+    RunRef,
+    check_current,
+    check_decided_by,
+    choose_slot,
+    may_abort,
+    take_over,
+)
+from kafka_txn_sink.protocol.txn_ids import SLOTS
+
+SINK = "orders"
+FRESH_MS = 60_000
+
+
+@pytest.fixture(params=["json", "delta"])
+def commit_log(request: pytest.FixtureRequest, tmp_path: Path) -> CommitLog:
+    return open_commit_log(str(tmp_path / "log"), None, request.param)
+
+
+def as_driver(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setattr(runs, "driver_identity", lambda: name)
+
+
+def owner(run: int, slot: int, driver: str = "d", age_ms: int = 0) -> Owner:
+    return Owner(SINK, run, slot, driver, now_ms() - age_ms)
+
+
+def decision(batch_id: int, run: int | None) -> Decision:
+    return Decision(SINK, "q", batch_id, (), 0, 0, now_ms(), run=run)
+
+
+def test_a_driver_keeps_its_run_from_batch_to_batch(
+    commit_log: CommitLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_driver(monkeypatch, "host:1@5")
+    first = take_over(SINK, commit_log, FRESH_MS)
+    again = take_over(SINK, commit_log, FRESH_MS)
+    assert (first.run, first.slot) == (0, 0)
+    assert again == first
+    assert [o.run for o in commit_log.owners()] == [0]
+
+
+def test_a_new_driver_records_a_newer_run_in_another_slot(
+    commit_log: CommitLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_driver(monkeypatch, "old")
+    old = take_over(SINK, commit_log, FRESH_MS)
+    as_driver(monkeypatch, "new")
+    new = take_over(SINK, commit_log, FRESH_MS)
+    assert (new.run, new.slot) == (1, 1)
+    assert commit_log.latest_run() == 1
+    with pytest.raises(SupersededError) as caught:
+        check_current(SINK, commit_log, RunRef(old.run, old.slot))
+    assert "run 0 (driver old" in str(caught.value)
+    assert "superseded by run 1 (driver new, slot 1" in str(caught.value)
+    check_current(SINK, commit_log, RunRef(new.run, new.slot))
+
+
+def test_a_superseded_driver_is_refused_while_the_newer_run_is_fresh(
+    commit_log: CommitLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_driver(monkeypatch, "old")
+    take_over(SINK, commit_log, FRESH_MS)
+    as_driver(monkeypatch, "new")
+    take_over(SINK, commit_log, FRESH_MS)
+    as_driver(monkeypatch, "old")
+    with pytest.raises(SupersededError, match="superseded by run 1"):
+        take_over(SINK, commit_log, FRESH_MS)
+    # Once the newer run is older than the transaction timeout, the old driver starts anew.
+    again = take_over(SINK, commit_log, fresh_ms=0)
+    assert (again.run, again.driver) == (2, "old")
+
+
+def test_a_released_run_is_not_resumed_and_frees_its_slot(
+    commit_log: CommitLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_driver(monkeypatch, "writer")
+    first = take_over(SINK, commit_log, FRESH_MS)
+    runs.release(SINK, commit_log, RunRef(first.run, first.slot))
+    second = take_over(SINK, commit_log, FRESH_MS)
+    assert (second.run, second.slot) == (1, 0)
+    assert commit_log.released_runs() == {0}
+
+
+def test_slots_are_reused_oldest_first_and_never_the_current_owners() -> None:
+    held = [owner(r, r) for r in range(SLOTS)]
+    assert choose_slot(held, released=set()) == 0
+    assert choose_slot(held, released={2}) == 2
+    rotated = [*held, owner(SLOTS, 0)]  # run 4 took slot 0 back; slot 1 is now held longest
+    assert choose_slot(rotated, released=set()) == 1
+    only_current = [owner(0, 0), owner(1, 1), owner(2, 2), owner(3, 3), owner(4, 1)]
+    assert choose_slot(only_current, released=set()) == 0
+
+
+def test_the_ids_a_sink_uses_stay_bounded_over_many_restarts() -> None:
+    owners: list[Owner] = []
+    for run in range(100):
+        owners.append(owner(run, choose_slot(owners, released=set())))
+    assert {o.slot for o in owners} == set(range(SLOTS))
+
+
+def test_a_batch_decided_by_a_newer_run_supersedes_this_one(commit_log: CommitLog) -> None:
+    commit_log.put_owner(owner(0, 0, "old"))
+    commit_log.put_owner(owner(1, 1, "new"))
+    check_decided_by(decision(3, run=0), RunRef(1, 1), commit_log)  # an older run's: roll it
+    check_decided_by(decision(3, run=None), RunRef(1, 1), commit_log)
+    with pytest.raises(SupersededError, match=r"decided batch 3"):
+        check_decided_by(decision(3, run=1), RunRef(0, 0), commit_log)
+
+
+@pytest.mark.parametrize(
+    ("slot", "latest_run", "expected"),
+    [
+        (1, None, True),  # its own slot
+        (0, None, False),  # the older run may still decide: nothing of a newer run decided
+        (0, 0, False),  # the older run decided the latest batch: it may go on
+        (0, 1, True),  # a newer run decided: the older run's commit of that batch fails
+        (None, 1, True),  # ids from before slots: the oldest run's
+        (None, None, False),
+    ],
+)
+def test_another_runs_transactions_are_aborted_only_once_it_cannot_decide_them(
+    slot: int | None, latest_run: int | None, expected: bool
+) -> None:
+    owners = [owner(0, 0), owner(1, 1)]
+    latest = decision(5, latest_run) if latest_run is not None else None
+    assert may_abort(slot, RunRef(1, 1), owners, latest) is expected
+
+
+def test_the_cli_without_a_run_may_abort_anything_undecided() -> None:
+    assert may_abort(0, None, [owner(0, 0)], None)
+
+
+def test_owner_and_release_records_read_back_alike_in_both_formats(commit_log: CommitLog) -> None:
+    first = owner(0, 2, "h:1@2")
+    assert commit_log.put_owner(first) == first
+    assert commit_log.put_owner(owner(0, 3, "other")) == first  # put-if-absent: the first wins
+    release = Release(SINK, 0, now_ms())
+    assert commit_log.put_release(release) == release
+    assert commit_log.owners() == [first]
+    assert commit_log.released_runs() == {0}
+    assert commit_log.latest_run() == 0
+
+
+def test_a_decision_keeps_its_run(commit_log: CommitLog) -> None:
+    commit_log.put_decision(decision(0, run=4))
+    found = commit_log.decision(0)
+    assert found is not None and found.run == 4
