@@ -124,7 +124,9 @@ class Cluster:
         brokers = self._metadata(None).brokers
         resources = [ConfigResource(ConfigResource.Type.BROKER, str(b)) for b in brokers]
         values = []
-        for future in self._admin.describe_configs(resources).values():
+        # librdkafka takes one BROKER resource per DescribeConfigs call.
+        futures = [f for r in resources for f in self._admin.describe_configs([r]).values()]
+        for future in futures:
             try:
                 entries = future.result(timeout=self._timeout_s)
             except KafkaException as exc:

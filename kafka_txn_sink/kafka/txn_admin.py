@@ -173,17 +173,39 @@ class TxnAdmin:
         if not ids:
             return {}
 
+        deadline = time.monotonic() + self._timeout_ms / 1000
+
         async def run() -> dict[str, TxnState]:
-            by_node: dict[int, list[str]] = {}
-            for txn_id, node in (await self._coordinators_of(ids)).items():
-                by_node.setdefault(node, []).append(txn_id)
             states: dict[str, TxnState] = {}
-            for node, node_ids in by_node.items():
-                response = await self._manager.send(
-                    DescribeTransactionsRequest(transactional_ids=node_ids), node_id=node
-                )
-                for txn in response.transaction_states:
-                    states[txn.transactional_id] = _state_of(txn)
+            pending, backoff = ids, 0.05
+            while pending:
+                by_node: dict[int, list[str]] = {}
+                for txn_id, node in (await self._coordinators_of(pending)).items():
+                    by_node.setdefault(node, []).append(txn_id)
+                moved: list[str] = []
+                for node, node_ids in by_node.items():
+                    try:
+                        response = await self._manager.send(
+                            DescribeTransactionsRequest(transactional_ids=node_ids), node_id=node
+                        )
+                    except kafka_errors.KafkaError as exc:
+                        if not getattr(exc, "retriable", False):
+                            raise
+                        moved.extend(node_ids)
+                        continue
+                    for txn in response.transaction_states:
+                        if kafka_errors.for_code(txn.error_code) in _COORDINATOR_MOVED:
+                            moved.append(txn.transactional_id)
+                        else:
+                            states[txn.transactional_id] = _state_of(txn)
+                for txn_id in moved:
+                    self._forget_coordinator(txn_id)
+                if moved and time.monotonic() >= deadline:
+                    raise kafka_errors.NotCoordinatorError(f"no coordinator answered for {moved}")
+                if moved:
+                    await self._net.sleep(backoff)
+                    backoff = min(backoff * 2, 1.0)
+                pending = moved
             return states
 
         return self._run(run, ids=ids)
@@ -258,6 +280,7 @@ class TxnAdmin:
 _COORDINATOR_MOVED = (
     kafka_errors.NotCoordinatorError,
     kafka_errors.CoordinatorNotAvailableError,
+    kafka_errors.CoordinatorLoadInProgressError,
 )
 
 

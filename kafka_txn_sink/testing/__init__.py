@@ -3,7 +3,8 @@
 - Apache Kafka's own broker (KRaft, one node) from jars that Maven resolves from Maven Central
   (``kafka_broker``; versions, cache and Maven in ``jars``), also secured as in production: TLS,
   SASL (SCRAM, PLAIN), mutual TLS and ACLs, from a CA it makes itself (``secured_broker``,
-  ``certificates``).
+  ``certificates``); three such nodes as one cluster whose nodes tests kill and restart
+  (``kafka_cluster``).
 - A Spark standalone cluster (a master and workers on loopback) and a virtual environment with
   the package installed from its wheel, for executors in JVMs of their own (``spark_cluster``).
 - An S3-compatible HTTP server: moto in server mode (``s3_server``).
@@ -48,6 +49,7 @@ from kafka_txn_sink.testing.kafka_broker import (
     kafka_bootstrap,
     wait_broker_ready,
 )
+from kafka_txn_sink.testing.kafka_cluster import KafkaCluster
 from kafka_txn_sink.testing.processes import java_executable, maven_executable, tail, wait_for
 from kafka_txn_sink.testing.readers import KAFKA_COLUMNS, read_committed, read_referenced_files
 from kafka_txn_sink.testing.s3_server import (
@@ -74,6 +76,7 @@ __all__ = [
     "ExternalKafkaBroker",
     "ExternalS3Server",
     "KafkaBroker",
+    "KafkaCluster",
     "KafkaUser",
     "S3Server",
     "SecuredKafkaBroker",

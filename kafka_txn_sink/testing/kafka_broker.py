@@ -128,12 +128,12 @@ def wait_broker_ready(bootstrap: str, timeout: float = 90.0,
 
 def create_topic(bootstrap: str, name: str, partitions: int = 3,
                  config: Mapping[str, str] | None = None, timeout: float = 30.0,
-                 settings: Settings | None = None) -> None:
+                 settings: Settings | None = None, replication_factor: int = 1) -> None:
     """Create a topic and wait until every partition has a leader in the metadata."""
     from confluent_kafka.admin import NewTopic
 
     admin = admin_client(bootstrap, settings)
-    topic = NewTopic(name, num_partitions=partitions, replication_factor=1,
+    topic = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
                      config=dict(config or {}))
     admin.create_topics([topic], request_timeout=timeout)[name].result(timeout=timeout)
 
@@ -239,8 +239,12 @@ class KafkaBroker:
             "listener.security.protocol.map": ",".join(
                 f"{name}:{protocol}" for name, protocol in self.LISTENERS.items()),
             "inter.broker.listener.name": self.INTER_BROKER_LISTENER,
-            "controller.quorum.voters": f"1@{self.address(CONTROLLER)}",
+            "controller.quorum.voters": self._quorum_voters(),
         }
+
+    def _quorum_voters(self) -> str:
+        """``controller.quorum.voters``: this node alone (``node.id`` 1)."""
+        return f"1@{self.address(CONTROLLER)}"
 
     def setup_settings(self) -> dict[str, SettingValue]:
         """librdkafka settings (besides ``bootstrap.servers``) of the client the test bed uses
@@ -269,10 +273,18 @@ class KafkaBroker:
         """Format ``log.dirs`` once (KRaft needs a cluster id and meta.properties)."""
         if (self.data_dir / "meta.properties").exists():
             return
-        uuid_run = self._run_tool("kafka.tools.StorageTool", "random-uuid")
-        cluster_id = uuid_run.strip().splitlines()[-1].strip()
-        self._run_tool("kafka.tools.StorageTool", "format", "-t", cluster_id,
+        self._run_tool("kafka.tools.StorageTool", "format", "-t", self._cluster_id(),
                        "-c", str(self.config_path), *self._format_options())
+
+    def _cluster_id(self) -> str:
+        """The cluster id the storage is formatted with: a new one from Kafka's tool."""
+        return self.new_cluster_id()
+
+    def new_cluster_id(self) -> str:
+        """A new KRaft cluster id, made by Kafka's own storage tool."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        uuid_run = self._run_tool("kafka.tools.StorageTool", "random-uuid")
+        return uuid_run.strip().splitlines()[-1].strip()
 
     def _format_options(self) -> list[str]:
         """More options of the storage format (e.g. SCRAM credentials): none here."""
@@ -292,12 +304,23 @@ class KafkaBroker:
         """Start (or start again) the broker and wait until transactions work."""
         if self.is_running():
             return self.bootstrap
+        self.launch()
+        self.wait_ready(timeout)
+        return self.bootstrap
+
+    def launch(self) -> None:
+        """Start the broker's process without waiting for it (ports chosen on the first launch,
+        storage formatted once); ``wait_ready`` waits."""
         if not self._ports:
             self._ports = {name: free_port() for name in self.LISTENERS}
         self._write_files()
         self._format_storage()
         cmd = self._java("kafka.Kafka", str(self.config_path), server=True)
         self._proc = spawn(cmd, self.log_path, self.workdir, self.detached)
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        """Wait until the launched broker serves metadata and transactions; kill it if it does
+        not within ``timeout``."""
         def ready() -> bool | None:
             if not self.is_running():
                 raise TestbedError(f"the Kafka broker exited during start\n{self._diagnose()}")
@@ -309,7 +332,6 @@ class KafkaBroker:
         except BaseException:
             self.kill()
             raise
-        return self.bootstrap
 
     def _diagnose(self) -> str:
         state = "running" if self.is_running() else f"exited ({self._exit_code()})"

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kafka_txn_sink import testing
+from kafka_txn_sink.testing.kafka_cluster import KafkaCluster
 from tests.e2e.harness import ROOT, Pipeline, create_topics
 
 SPARK_LINES = ["4.0", "4.2"]
@@ -60,3 +62,18 @@ def pipeline(
         built.options["commitLogFormat"] = log_format
     create_topics(kafka_bootstrap, 3, built.input, built.output)
     return built
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """Three KRaft nodes of our own (never `KTS_KAFKA_BOOTSTRAP`'s broker) for the tests that
+    kill one (per module: three idle JVMs would slow the rest of the suite); it fails them,
+    never skips them, when it cannot start."""
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka_cluster"))
+    try:
+        cluster.start()
+    except testing.TestbedError as exc:
+        cluster.stop()
+        pytest.fail(f"the three-node Kafka cluster did not start: {exc}", pytrace=False)
+    yield cluster
+    cluster.stop()
