@@ -65,8 +65,11 @@ def take_over(sink_id: str, commit_log: CommitLog, fresh_ms: int) -> Owner:
     """This driver's run: its own owner record if it is still the latest and not released,
     else a new one.
 
-    A driver whose run was superseded is refused while the newer run is `fresh_ms` young (it
-    may be alive); after that it starts a new run, which supersedes the newer one.
+    A driver whose run was superseded (released or not: a superseded run releases its slot
+    and then Spark still calls `streamWriter()` for its abort) is refused until the newer run
+    has released, or been quiet (no owner record, no decision) for `fresh_ms`: until then it
+    may be alive. After that the driver
+    starts a new run, which supersedes the quiet one: a query restarted in the same driver.
 
     Raises:
         SupersededError: this driver's run was superseded by a run that may still be alive.
@@ -76,11 +79,12 @@ def take_over(sink_id: str, commit_log: CommitLog, fresh_ms: int) -> Owner:
     for _ in range(CLAIM_ATTEMPTS):
         owners, released = commit_log.owners(), commit_log.released_runs()
         latest = owners[-1] if owners else None
-        mine = [o for o in owners if o.driver == me and o.run not in released]
-        if mine and mine[-1] == latest:
-            return latest
-        if mine and latest is not None and now_ms() - latest.started_at_ms < fresh_ms:
-            raise superseded(sink_id, mine[-1], latest)
+        mine = [o for o in owners if o.driver == me]
+        if latest is not None and latest.run not in released:
+            if latest.driver == me:
+                return latest
+            if mine and now_ms() - _last_seen(latest, commit_log) < fresh_ms:
+                raise superseded(sink_id, mine[-1], latest)
         wanted = Owner(
             sink_id=sink_id,
             run=latest.run + 1 if latest is not None else 0,
@@ -95,6 +99,14 @@ def take_over(sink_id: str, commit_log: CommitLog, fresh_ms: int) -> Owner:
         f"could not record a run of sink {sink_id} in {commit_log.uri}: other drivers recorded "
         f"{CLAIM_ATTEMPTS} runs meanwhile"
     )
+
+
+def _last_seen(owner: Owner, commit_log: CommitLog) -> int:
+    """When run `owner` was last seen to act: its owner record, or its latest decision."""
+    latest = commit_log.latest_decision()
+    if latest is not None and latest.run == owner.run:
+        return max(owner.started_at_ms, latest.decided_at_ms)
+    return owner.started_at_ms
 
 
 def choose_slot(owners: list[Owner], released: set[int]) -> int:

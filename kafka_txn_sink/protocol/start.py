@@ -48,8 +48,10 @@ from kafka_txn_sink.storage import open_storage
 
 log = logging.getLogger(__name__)
 
-# How long a newer run counts as possibly alive when the transaction timeout is unknown.
-DEFAULT_FRESH_MS = 900_000
+# How long a newer run that has gone quiet still counts as possibly alive (or the transaction
+# timeout, if longer): Spark calls streamWriter() again within a batch (commit, abort), and a
+# superseded driver must not take the sink back there.
+MIN_FRESH_MS = 900_000
 
 
 @dataclass(frozen=True)
@@ -190,7 +192,7 @@ def _claim_and_recover(session: DriverSession) -> tuple[Decision | None, RunRef]
     decision and the run."""
     options, commit_log = session.options, session.commit_log
     claim_log(options, commit_log, session.txn_admin)
-    fresh_ms = options.transaction_timeout_ms or DEFAULT_FRESH_MS
+    fresh_ms = max(options.transaction_timeout_ms or 0, MIN_FRESH_MS)
     owner = take_over(options.sink_id, commit_log, fresh_ms)
     run = RunRef(owner.run, owner.slot)
     roll_forward(commit_log, session.settler)

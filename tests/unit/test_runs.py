@@ -158,3 +158,40 @@ def test_a_decision_keeps_its_run(commit_log: CommitLog) -> None:
     commit_log.put_decision(decision(0, run=4))
     found = commit_log.decision(0)
     assert found is not None and found.run == 4
+
+
+def test_a_newer_run_that_decides_stays_fresh_however_old_its_owner_record(
+    commit_log: CommitLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commit_log.put_owner(owner(0, 0, "old", age_ms=10 * FRESH_MS))
+    commit_log.put_owner(owner(1, 1, "new", age_ms=5 * FRESH_MS))
+    commit_log.put_decision(decision(7, run=1))
+    as_driver(monkeypatch, "old")
+    with pytest.raises(SupersededError, match="superseded by run 1"):
+        take_over(SINK, commit_log, FRESH_MS)
+
+
+def test_a_superseded_run_that_released_its_slot_is_still_refused(
+    commit_log: CommitLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_driver(monkeypatch, "old")
+    old = take_over(SINK, commit_log, FRESH_MS)
+    as_driver(monkeypatch, "new")
+    take_over(SINK, commit_log, FRESH_MS)
+    runs.release(SINK, commit_log, RunRef(old.run, old.slot))  # what a superseded commit does
+    as_driver(monkeypatch, "old")  # Spark's abort() calls streamWriter() once more
+    with pytest.raises(SupersededError, match="superseded by run 1"):
+        take_over(SINK, commit_log, FRESH_MS)
+
+
+def test_a_driver_takes_over_from_a_run_that_released(
+    commit_log: CommitLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_driver(monkeypatch, "a")
+    first = take_over(SINK, commit_log, FRESH_MS)
+    as_driver(monkeypatch, "b")
+    second = take_over(SINK, commit_log, FRESH_MS)
+    runs.release(SINK, commit_log, RunRef(second.run, second.slot))  # b's batch write is done
+    as_driver(monkeypatch, "a")
+    assert take_over(SINK, commit_log, FRESH_MS).run == 2
+    assert first.run == 0
