@@ -130,6 +130,10 @@ class CommitLog(Protocol):
         """The highest run number recorded, or None: cheaper than `owners()`."""
         ...
 
+    def latest_owner(self) -> Owner | None:
+        """The owner record of the highest run number, or None: cheaper than `owners()`."""
+        ...
+
     def put_release(self, release: Release) -> Release:
         """Put-if-absent per run number; returns the record there afterwards."""
         ...

@@ -276,6 +276,15 @@ class DeltaCommitLog(CommitLogBase):
         table = self._current()
         return None if table is None else self._highest(table, OWNER)
 
+    def latest_owner(self) -> Owner | None:
+        """The owner row of the highest run number, or None."""
+        table = self._current()
+        latest = None if table is None else self._highest(table, OWNER)
+        if table is None or latest is None:
+            return None
+        found = self._record(table, OWNER, latest)
+        return None if found is None else self._parse(OWNER, latest, found, Owner.from_json)
+
     def released_runs(self) -> set[int]:
         """The run numbers with a release row (their batch ids only are read)."""
         table = self._current()

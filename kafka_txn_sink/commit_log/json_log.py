@@ -118,6 +118,11 @@ class JsonCommitLog(CommitLogBase):
         """The highest run number with an owner record (listed, not read), or None."""
         return max(self._runs(), default=None)
 
+    def latest_owner(self) -> Owner | None:
+        """The owner record of the highest run number (one listing, one read), or None."""
+        latest = self.latest_run()
+        return None if latest is None else self._read(_batch_name(OWNERS, latest), Owner.from_json)
+
     def released_runs(self) -> set[int]:
         """The run numbers with a release record (listed, not read)."""
         return set(self._batches(RELEASES, None))

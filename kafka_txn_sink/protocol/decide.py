@@ -1,7 +1,6 @@
 """Step 2, on the driver: decide a batch (`commit(messages, batchId)`), or abort it.
 
 `Committer.commit` does, in this order:
-0. stops with `SupersededError`, doing nothing, if a newer run owns the sink (runs.py);
 1. checks that the tasks' query is the one the commit log belongs to (before anything else; not
    for a batch write, whose decision carries the write's own query id);
 2. rolls forward a batch that is decided already, and does nothing more for it (a batch write's
@@ -11,8 +10,9 @@
 4. checks that every prepared transaction is still Ongoing with its triple and has time left
    before the brokers would abort it (the margin: commitLogTimeoutMs + commitTimeoutMs +
    clockSkewMs);
-5. checks once more that no newer run owns the sink, then writes the decision record, with its
-   run, put-if-absent: the commit point of the batch;
+5. stops with `SupersededError`, having written nothing, if a newer run owns the sink
+   (runs.py); else writes the decision record, with its run, put-if-absent: the commit point
+   of the batch;
 6. completes the batch (complete.py): EndTxn(commit) for every participant, settled by a probe
    when it errs, then the completion marker;
 7. runs the clean-up of this sink's leftovers when it is due (recover.py).
@@ -133,7 +133,6 @@ class Committer:
             CommitLogError: the batch is not decided; nothing of it is published.
             TransactionLostError / TransactionCompletionError: decided, but not completed.
         """
-        check_current(self._options.sink_id, self._log, self._run)
         tasks = _complete_messages(messages, batch_id)
         if self._write is None:
             check_query_id(self._log, {t.query_id for t in tasks})
@@ -198,9 +197,9 @@ class Committer:
             run=self._run.run,
         )
         failpoints.fire("driver.before_decision", batch_id)
-        # Again, as late as possible: a driver frozen since the first check may have lost the
-        # sink meanwhile. (A decision that still lands after a newer owner record counts, and
-        # the newer run rolls it forward: runs.py.)
+        # As late as possible: a driver frozen since its streamWriter() may have lost the sink
+        # meanwhile. (A decision that still lands after a newer owner record counts, and the
+        # newer run rolls it forward: runs.py.)
         check_current(self._options.sink_id, self._log, self._run)
         try:
             self._log.put_decision(decision)

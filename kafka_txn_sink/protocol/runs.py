@@ -77,14 +77,13 @@ def take_over(sink_id: str, commit_log: CommitLog, fresh_ms: int) -> Owner:
     """
     me = driver_identity()
     for _ in range(CLAIM_ATTEMPTS):
-        owners, released = commit_log.owners(), commit_log.released_runs()
-        latest = owners[-1] if owners else None
+        latest, released = commit_log.latest_owner(), commit_log.released_runs()
+        if latest is not None and latest.run not in released and latest.driver == me:
+            return latest  # every batch but a run's first: one listing and one read
+        owners = commit_log.owners()
         mine = [o for o in owners if o.driver == me]
-        if latest is not None and latest.run not in released:
-            if latest.driver == me:
-                return latest
-            if mine and now_ms() - _last_seen(latest, commit_log) < fresh_ms:
-                raise superseded(sink_id, mine[-1], latest)
+        if mine and latest is not None and _active(latest, released, commit_log, fresh_ms):
+            raise superseded(sink_id, mine[-1], latest)
         wanted = Owner(
             sink_id=sink_id,
             run=latest.run + 1 if latest is not None else 0,
@@ -101,12 +100,16 @@ def take_over(sink_id: str, commit_log: CommitLog, fresh_ms: int) -> Owner:
     )
 
 
-def _last_seen(owner: Owner, commit_log: CommitLog) -> int:
-    """When run `owner` was last seen to act: its owner record, or its latest decision."""
+def _active(owner: Owner, released: set[int], commit_log: CommitLog, fresh_ms: int) -> bool:
+    """Whether run `owner` may still be alive: not released, and seen to act (its owner
+    record, or its latest decision) within `fresh_ms`."""
+    if owner.run in released:
+        return False
+    seen = owner.started_at_ms
     latest = commit_log.latest_decision()
     if latest is not None and latest.run == owner.run:
-        return max(owner.started_at_ms, latest.decided_at_ms)
-    return owner.started_at_ms
+        seen = max(seen, latest.decided_at_ms)
+    return now_ms() - seen < fresh_ms
 
 
 def choose_slot(owners: list[Owner], released: set[int]) -> int:
