@@ -14,6 +14,8 @@ The modules, in the order a batch uses them:
 - `plan`: on the driver, the options checked against the input schema (`FilePlan`).
 - `output`: in each task, `FilesOutput`, files mode as the task's output.
 - `writer`: the task's files (`FileSet`), routed, rolled, bounded, uploaded.
+- `arrow_split`, `arrow_avro`: the Arrow path, batches split by directory and encoded natively.
+- `spark_rows`: Arrow batches as PySpark's rows, where the Arrow path falls back to rows.
 - `partitioning`: the partition directory of each row.
 - `naming`: the one grammar of the names under `path`, built and parsed.
 - `spark_avro`: the Avro schema of Spark rows, and rows as Avro records.

@@ -9,7 +9,6 @@ file. `abort` drops what is not uploaded; uploaded files of a failed attempt sta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kafka_txn_sink.files.naming import FileNaming
@@ -23,10 +22,6 @@ from kafka_txn_sink.storage import open_file_sink
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql.types import StructType
-
-RowsOfBatch = Callable[["pa.RecordBatch"], Iterator[tuple[Any, ...]]]
-"""Turns one Arrow record batch into its rows."""
 
 
 class FilesOutput:
@@ -51,12 +46,10 @@ class FilesOutput:
             raise ValueError("files mode is off: option path is not set")
         self._files_options: FilesOptions = options.files
         self._sink_id = options.sink_id
-        self._schema = plan.schema  # the input schema, which is that of the Arrow batches too
         self._txn = txn
         self._batch_id = batch_id
         self._sink = open_file_sink(options.files.path, options.s3)
         self._files = FileSet(plan, self._sink, FileNaming(batch_id, partition, attempt))
-        self._rows_of_batch: RowsOfBatch | None = None
 
     def add_row(self, row: Any) -> None:
         """Write one row (a pyspark Row or tuple in the order of the plan's schema).
@@ -68,16 +61,13 @@ class FilesOutput:
         self._files.add(row)
 
     def add_batch(self, batch: pa.RecordBatch) -> None:
-        """Write every row of one Arrow record batch, as the row writer would have seen it.
+        """Write every row of one Arrow record batch (`FileSet.add_batch`).
 
         Raises:
             InputError: a row cannot be written; the message names the column and row.
             StagingError: a finished file could not be uploaded.
         """
-        if self._rows_of_batch is None:
-            self._rows_of_batch = arrow_rows(self._schema)
-        for row in self._rows_of_batch(batch):
-            self._files.add(row)
+        self._files.add_batch(batch)
 
     def close(self) -> tuple[FileRef, ...]:
         """Finish and upload every file, produce one reference per file into the transaction;
@@ -104,27 +94,3 @@ class FilesOutput:
     def abort(self) -> None:
         """Drop open files and the local spool; uploaded files stay (vacuum removes them)."""
         self._files.abort()
-
-
-def arrow_rows(schema: StructType) -> RowsOfBatch:
-    """Rows of a batch as tuples of the Python values a row writer gets for `schema`
-    (PySpark's own converters: timestamps, decimals, maps, structs as for `Row`s)."""
-    from pyspark.sql.conversion import ArrowTableToRowsConversion
-
-    create: Any = ArrowTableToRowsConversion._create_converter
-    converters: list[Callable[[Any], Any] | None] = []
-    for field in schema.fields:
-        try:
-            converter = create(field.dataType, none_on_identity=True)
-        except TypeError:  # a PySpark without the keyword
-            converter = create(field.dataType)
-        converters.append(converter)
-
-    def rows(batch: pa.RecordBatch) -> Iterator[tuple[Any, ...]]:
-        columns: list[Sequence[Any]] = []
-        for array, convert in zip(batch.columns, converters, strict=True):
-            values = array.to_pylist()
-            columns.append(values if convert is None else [convert(v) for v in values])
-        return zip(*columns, strict=True)
-
-    return rows

@@ -429,6 +429,20 @@ class PartitionSpec:
 
         return by_columns_and_time
 
+    def values_of(self, columns: Sequence[Any], local_time: datetime | None) -> PartitionValues:
+        """The partition values of rows holding `columns` (one value per partition column, in
+        order) and, with a time pattern, the wall-clock time `local_time` (already in `tz`).
+
+        Raises:
+            InputError: a value cannot name a directory, or the time is missing.
+        """
+        values = [(c, _column_text(c, v)) for c, v in zip(self.columns, columns, strict=True)]
+        if self.time is not None:
+            if local_time is None:
+                raise self._null_time()
+            values.extend(self.time.values(local_time))
+        return tuple(values)
+
     def path(self, values: PartitionValues) -> str:
         """The directory of these values, relative to the sink's root (`user=ann/date=...`)."""
         return hive_path(values)
@@ -437,10 +451,7 @@ class PartitionSpec:
         time = self.time
         assert time is not None
         if ts is None:
-            raise InputError(
-                f"column {self.time_column} is null; it names the time partition "
-                f"({time.text}) of every row"
-            )
+            raise self._null_time()
         if not isinstance(ts, datetime):
             raise InputError(
                 f"column {self.time_column} holds a {type(ts).__name__}, not a timestamp; "
@@ -449,6 +460,12 @@ class PartitionSpec:
         # A naive timestamp (not ntz) is in the worker's local time, which astimezone assumes.
         local = ts if self.time_ntz and ts.tzinfo is None else ts.astimezone(self.tz)
         return time.values(local)
+
+    def _null_time(self) -> InputError:
+        text = self.time.text if self.time is not None else ""
+        return InputError(
+            f"column {self.time_column} is null; it names the time partition ({text}) of every row"
+        )
 
 
 def _text_of(column: str, data_type: DataType) -> Callable[[Any], str | None]:

@@ -13,6 +13,8 @@ Two modes:
 
 - Spark schema: the record is the row minus its partition columns (as Spark's file sink writes
   them), in the schema of `spark_avro.spark_to_avro`, written block by block with fastavro.
+  Arrow batches (`add_batch`) are split by directory with Arrow compute (`arrow_split`) and
+  encoded natively (`arrow_avro`) whenever that encoding is exactly the schema's (`accepts`).
 - Payload: the record is the JSON object in `payload_column`; each file's schema is aggregated
   from that file's payloads (`json_schema.SchemaAggregator`). The schema must be final before
   the header is written, so payloads are spooled to a local file (parsed, in `marshal` form)
@@ -20,7 +22,9 @@ Two modes:
 
 A finished file is uploaded at once and its local copy deleted. Byte limits count the written
 Avro file (Spark schema: compressed blocks flushed so far) or the spooled payloads (payload
-mode: the Avro file is not written yet); either may be exceeded by one block or one row.
+mode: the Avro file is not written yet); either may be exceeded by one block or one row. On the
+Arrow path a directory's rows are cut into chunks sized from the file's mean record so far, so
+a file ends within a few records of the byte limit.
 
 Files are named by `naming.FileNaming`: unique per batch, Spark partition, attempt and file. The
 sync marker derives from (batch, partition, seq), so rewriting the same rows gives the same
@@ -30,8 +34,10 @@ bytes.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import marshal
+import math
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
@@ -39,8 +45,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
+import pyarrow as pa
 from fastavro.write import Writer
 
 from kafka_txn_sink.errors import InputError, StagingError
@@ -51,8 +58,12 @@ from kafka_txn_sink.files.partitioning import PartitionValues
 from kafka_txn_sink.files.plan import Codec, FilePlan
 from kafka_txn_sink.files.references import WrittenFile
 from kafka_txn_sink.files.spark_avro import row_converter
+from kafka_txn_sink.files.spark_rows import RowsOfBatch, arrow_rows
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.storage.files import FileSink
+
+if TYPE_CHECKING:
+    from kafka_txn_sink.files.arrow_avro import NativeEncoder
 
 # --- files (executor) --------------------------------------------------------------------
 
@@ -81,6 +92,16 @@ class _OpenFile(ABC):
     @abstractmethod
     def discard(self) -> None:
         """Close without completing (the spool directory is removed anyway)."""
+
+
+_SYNC_SIZE = 16  # bytes of an Avro sync marker, which ends a file's header
+
+
+def avro_header(schema: dict[str, Any], codec: Codec, marker: bytes) -> bytes:
+    """The header fastavro writes for `schema`, `codec` and sync marker `marker`."""
+    out = io.BytesIO()
+    Writer(out, schema, codec=codec, sync_marker=marker)
+    return out.getvalue()
 
 
 class _CountingFile:
@@ -136,6 +157,51 @@ class _RecordFile(_OpenFile):
 
     def discard(self) -> None:
         self._out.raw.close()
+
+
+class _BlockFile(_OpenFile):
+    """Spark-schema mode on the Arrow path: natively encoded blocks behind the file's header."""
+
+    def __init__(
+        self,
+        seq: int,
+        name: str,
+        values: PartitionValues,
+        path: str,
+        local: Path,
+        schema: dict[str, Any],
+        header: bytes,
+    ):
+        super().__init__(seq, name, values, path, local)
+        self._schema = schema
+        self._marker = header[-_SYNC_SIZE:]
+        self._out = open(local, "wb")  # noqa: SIM115 - closed in finish/discard
+        self._out.write(header)
+        self._header_size = self._size = len(header)
+
+    def write(self, item: Any) -> None:
+        """Append one block, `(records, data)`."""
+        from kafka_txn_sink.files.arrow_avro import block_bytes
+
+        records, data = item
+        block = block_bytes(records, data, self._marker)
+        self._out.write(block)
+        self._size += len(block)
+        self.records += records
+
+    def size(self) -> int:
+        return self._size
+
+    def bytes_per_record(self) -> float | None:
+        """The mean size of a record in this file's blocks so far (None before the first)."""
+        return (self._size - self._header_size) / self.records if self.records else None
+
+    def finish(self) -> dict[str, Any]:
+        self._out.close()
+        return self._schema
+
+    def discard(self) -> None:
+        self._out.close()
 
 
 class _PayloadFile(_OpenFile):
@@ -212,6 +278,8 @@ class FileSet:
         if plan.payload_column is None:
             schema = plan.avro_schema()
             self._spark = (schema, fingerprint(schema))
+        self._encoders: dict[pa.Schema, NativeEncoder | None] = {}
+        self._rows_of_batch: RowsOfBatch | None = None
         self._open: OrderedDict[PartitionValues, _OpenFile] = OrderedDict()
         self._written: list[WrittenFile] = []
         self._schemas: dict[str, tuple[dict[str, Any], str]] = {}
@@ -219,6 +287,7 @@ class FileSet:
         self._spool = Path(tempfile.mkdtemp(prefix="kafka-txn-sink-files-", dir=spool_dir))
         self._closed = False
         self.rows = 0
+        self.native_rows = 0  # of `rows`, those encoded natively (the rest went row by row)
         self.peak_open_files = 0
 
     def __enter__(self) -> FileSet:
@@ -251,20 +320,49 @@ class FileSet:
             values = self._values(row)
         except InputError as exc:
             raise self._row_error(exc) from None
-        out = self._open.get(values)
-        if out is None:
-            out = self._start(values)
-        else:
-            self._open.move_to_end(values)
+        out = self._file_for(values, native=False)
         try:
             out.write(item)
         except InputError as exc:
             raise self._row_error(exc) from None
         self.rows += 1
-        limit = self._plan.max_records_per_file
-        if (limit and out.records >= limit) or out.size() >= self._plan.max_bytes_per_file:
-            del self._open[values]
-            self._finish(out)
+        self._roll_if_full(out)
+
+    def accepts(self, schema: pa.Schema) -> bool:
+        """True when Arrow batches of `schema` are encoded natively (`add_batch`); otherwise
+        their rows go through `add` (payload mode, or types the native encoder would write
+        otherwise than the schema says)."""
+        if schema not in self._encoders:
+            self._encoders[schema] = self._native_encoder(schema)
+        return self._encoders[schema] is not None
+
+    def add_batch(self, batch: pa.RecordBatch) -> None:
+        """Write every row of an Arrow batch (columns as the plan's schema), each into the file
+        of its partition directory, rolled as rows are: natively encoded where this set
+        `accepts` the batch's schema, else row by row as PySpark's row writer sees them.
+
+        Raises:
+            InputError: a row cannot be written (a null time or a null where none may be).
+            StagingError: a finished file could not be uploaded.
+        """
+        from kafka_txn_sink.files.arrow_split import split_batch
+
+        if self._closed:
+            raise StagingError("this FileSet is closed")
+        encoder = self._encoders[batch.schema] if self.accepts(batch.schema) else None
+        data = encoder.prepare(batch.select(self._plan.data_indexes)) if encoder else None
+        if encoder is None or data is None:
+            if self._rows_of_batch is None:
+                self._rows_of_batch = arrow_rows(self._plan.schema)
+            for row in self._rows_of_batch(batch):
+                self.add(row)
+            return
+        try:
+            parts = split_batch(batch, self._plan.spec)
+        except InputError as exc:
+            raise self._batch_error(exc) from None
+        for values, rows in parts:
+            self._write_part(values, data if rows is None else data.take(rows), encoder)
 
     def close(self) -> list[WrittenFile]:
         """Finish and upload every open file; every file this task wrote, in write order."""
@@ -297,6 +395,67 @@ class FileSet:
     def _row_error(self, exc: InputError) -> InputError:
         return InputError(f"row {self.rows} of task partition {self._naming.partition}: {exc}")
 
+    def _batch_error(self, exc: InputError) -> InputError:
+        return InputError(
+            f"a batch of task partition {self._naming.partition} (after row {self.rows}): {exc}"
+        )
+
+    def _native_encoder(self, schema: pa.Schema) -> NativeEncoder | None:
+        if self._spark is None:
+            return None
+        from kafka_txn_sink.files.arrow_avro import NativeEncoder
+
+        if len(schema) != len(self._plan.schema.fields):
+            return None
+        data = [schema.field(i) for i in self._plan.data_indexes]
+        return NativeEncoder.for_(
+            pa.schema(data), self._plan.data_schema(), self._spark[0], self._plan.codec
+        )
+
+    def _write_part(self, values: PartitionValues, part: pa.Table, encoder: NativeEncoder) -> None:
+        """Rows of one directory, in chunks that end where the open file must roll."""
+        offset = 0
+        while offset < part.num_rows:
+            out = self._file_for(values, native=True)
+            assert isinstance(out, _BlockFile)
+            count = self._rows_to_fill(out, part, offset)
+            for block in encoder.blocks(part.slice(offset, count)):
+                out.write(block)
+            offset += count
+            self.rows += count
+            self.native_rows += count
+            self._roll_if_full(out)
+
+    def _rows_to_fill(self, out: _BlockFile, part: pa.Table, offset: int) -> int:
+        """How many of the rows left fill `out` to its record or byte limit (an estimate for
+        bytes: the file's mean record so far, or the rows' Arrow size before the first)."""
+        count = part.num_rows - offset
+        limit = self._plan.max_records_per_file
+        if limit:
+            count = min(count, limit - out.records)
+        per_record = out.bytes_per_record() or part.nbytes / part.num_rows
+        room = self._plan.max_bytes_per_file - out.size()
+        return max(1, min(count, math.ceil(room / max(per_record, 1.0))))
+
+    def _file_for(self, values: PartitionValues, native: bool) -> _OpenFile:
+        """The open file of `values` (most recently used now), started if there is none or
+        if the one open is of the other path."""
+        out = self._open.get(values)
+        if out is not None and isinstance(out, _BlockFile) != native:
+            del self._open[values]
+            self._finish(out)
+            out = None
+        if out is None:
+            return self._start(values, native)
+        self._open.move_to_end(values)
+        return out
+
+    def _roll_if_full(self, out: _OpenFile) -> None:
+        limit = self._plan.max_records_per_file
+        if (limit and out.records >= limit) or out.size() >= self._plan.max_bytes_per_file:
+            del self._open[out.values]
+            self._finish(out)
+
     def _record_builder(self) -> Callable[[Sequence[Any]], Any]:
         convert = row_converter(self._plan.data_schema())
         indexes = self._plan.data_indexes
@@ -325,7 +484,7 @@ class FileSet:
 
         return read
 
-    def _start(self, values: PartitionValues) -> _OpenFile:
+    def _start(self, values: PartitionValues, native: bool = False) -> _OpenFile:
         if len(self._open) >= self._plan.max_open_files:
             _, oldest = self._open.popitem(last=False)
             self._finish(oldest)
@@ -337,7 +496,17 @@ class FileSet:
         marker = self._naming.sync_marker(seq)
         out: _OpenFile
         try:
-            if self._spark is not None:
+            if self._spark is not None and native:
+                out = _BlockFile(
+                    seq,
+                    name,
+                    values,
+                    path,
+                    local,
+                    self._spark[0],
+                    avro_header(self._spark[0], self._plan.codec, marker),
+                )
+            elif self._spark is not None:
                 out = _RecordFile(
                     seq, name, values, path, local, self._spark[0], self._plan.codec, marker
                 )

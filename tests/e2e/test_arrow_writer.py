@@ -140,8 +140,13 @@ def committed_records(
 # -- files mode ------------------------------------------------------------------------------
 
 
-def test_files_mode_killed_mid_batch_then_restarted(arrow_pipeline: Pipeline) -> None:
+@pytest.mark.parametrize("payload", [True, False], ids=["payload", "spark_schema"])
+def test_files_mode_killed_mid_batch_then_restarted(
+    arrow_pipeline: Pipeline, payload: bool
+) -> None:
     files_pipeline = as_files_pipeline(arrow_pipeline)
+    if not payload:  # the id and payload columns in the Spark schema: encoded natively
+        del files_pipeline.options["payloadColumn"]
     ids = write_ids(files_pipeline, 400, files=4)
 
     process = files_pipeline.start("task.after_produce=block@1")
