@@ -31,6 +31,7 @@ from kafka_txn_sink import testing
 from kafka_txn_sink.datasource import KafkaTxnDataSource
 from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
 from kafka_txn_sink.protocol.task_commit import TaskCommit
+from kafka_txn_sink.protocol.txn_ids import transactional_id
 from tests.e2e.harness import create_topics
 
 SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
@@ -39,10 +40,17 @@ DEFAULT_ROUNDS = {8: 40, 32: 30, 128: 12}
 
 
 def prepare_tasks(
-    bootstrap: str, topic: str, sink_id: str, batch_id: int, tasks: int, pool: ThreadPoolExecutor
+    bootstrap: str,
+    topic: str,
+    sink_id: str,
+    slot: int,
+    batch_id: int,
+    tasks: int,
+    pool: ThreadPoolExecutor,
 ) -> list[TaskCommit]:
     def one(partition: int) -> TaskCommit:
-        config = producer_config(bootstrap, {}, f"{sink_id}-{partition}", 120_000)
+        txn_id = transactional_id(sink_id, partition, slot=slot)
+        config = producer_config(bootstrap, {}, txn_id, 120_000)
         txn = TaskTransaction(config, timeout_s=30)
         txn.init()
         txn.send(topic, value=b"v" * 100, key=str(partition).encode())
@@ -87,10 +95,11 @@ def measure(bootstrap: str, work: Path, tasks: int, rounds: int) -> dict[str, An
     commit_ms: list[float] = []
     both_ms: list[float] = []
     cold: tuple[float, float] | None = None
-    source.streamWriter(SCHEMA, False)  # the query's start: claims the new log
+    # The query's start: claims the new log and records this process's run (its id slot).
+    slot = source.streamWriter(SCHEMA, False).plan.run.slot
     with ThreadPoolExecutor(max_workers=16) as pool:
         for batch_id in range(rounds + 1):
-            messages = prepare_tasks(bootstrap, topic, sink_id, batch_id, tasks, pool)
+            messages = prepare_tasks(bootstrap, topic, sink_id, slot, batch_id, tasks, pool)
             started = time.perf_counter()
             writer = source.streamWriter(SCHEMA, False)
             planned = time.perf_counter()
