@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
+import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kafka_txn_sink.errors import InputError, KafkaTxnSinkError, KafkaUnavailableError
+from kafka_txn_sink.kafka.partitioner import key_partitions
 from kafka_txn_sink.kafka.permissions import refused, topic_permission
 from kafka_txn_sink.protocol.messages import OffsetRanges, Triple
 
@@ -28,6 +32,9 @@ MAX_MESSAGE_TIMEOUT_MS = 120_000
 # Delivery reports are served (and their errors checked) every this many records; each one
 # holds its message's memory until served.
 POLL_EVERY = 1000
+# The partitioner `send_many` computes itself (kafka/partitioner.py); with any other, it sends
+# record by record and lets librdkafka partition.
+KEY_HASH_PARTITIONER = "murmur2_random"
 
 
 def producer_config(
@@ -35,7 +42,7 @@ def producer_config(
 ) -> dict[str, Any]:
     """Every setting the protocol depends on is set here explicitly; users tune the rest."""
     config: dict[str, Any] = {
-        "partitioner": "murmur2_random",  # the partitions Java clients (and Spark's sink) pick
+        "partitioner": KEY_HASH_PARTITIONER,  # the partitions Java clients (and Spark's sink) pick
         "linger.ms": 20,
         # librdkafka 2.16 with sparse connections (its default) looks for the transaction
         # coordinator before it has connected to any broker, and then waits for a 50 ms or
@@ -84,11 +91,13 @@ class _Deliveries:
                 self.error, self.error_topic = err, msg.topic()
             return
         self.delivered += 1
-        key = (msg.topic() or "", msg.partition() or 0)
-        offset = msg.offset() or 0
-        seen = self.ranges.get(key)
+        self.record(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+
+    def record(self, topic: str, partition: int, offset: int) -> None:
+        """Widen the range of `(topic, partition)` to `offset`."""
+        seen = self.ranges.get((topic, partition))
         if seen is None:
-            self.ranges[key] = [offset, offset]
+            self.ranges[(topic, partition)] = [offset, offset]
         else:
             seen[0], seen[1] = min(seen[0], offset), max(seen[1], offset)
 
@@ -101,6 +110,46 @@ class _Deliveries:
         for (topic, partition), (first, last) in sorted(self.ranges.items()):
             result.setdefault(topic, {})[partition] = (first, last)
         return result
+
+
+Reports = dict[KafkaError | None, Message]
+
+
+@dataclass
+class _PartitionReports:
+    """Delivery reports of the records `send_many` sent to one partition, kept without a Python
+    call per record: each record's callback is the C method `dict.__setitem__` of `first` (the
+    partition's first record) or of `rest` (every later one), so each dict maps None to the
+    latest delivered message and each error to a message that failed with it. An idempotent
+    producer writes and reports one partition's records in the order they were produced, so
+    `first[None]` holds the partition's lowest offset and `rest[None]` its highest.
+    """
+
+    first: Reports = field(default_factory=dict)
+    rest: Reports = field(default_factory=dict)
+    sent: int = 0
+
+    def callback(self) -> Callable[[KafkaError | None, Message], None]:
+        """The delivery callback of the next record sent to this partition."""
+        return self.rest.__setitem__ if self.sent else self.first.__setitem__
+
+    def take_errors(self) -> list[tuple[KafkaError, Message]]:
+        """The failures reported since the last call."""
+        failed = [
+            (error, msg)
+            for reports in (self.first, self.rest)
+            for error, msg in reports.items()
+            if error is not None
+        ]
+        for error, _ in failed:
+            self.first.pop(error, None)
+            self.rest.pop(error, None)
+        return failed
+
+    def offsets(self) -> list[int]:
+        """The offsets of the first and last delivered record (empty before any report)."""
+        delivered = (self.first.get(None), self.rest.get(None))
+        return [msg.offset() or 0 for msg in delivered if msg is not None]
 
 
 @dataclass
@@ -141,6 +190,8 @@ class TaskTransaction:
             }
         )
         self._sent = 0
+        self._partition_reports: dict[tuple[str, int], _PartitionReports] = {}
+        self._partition_counts: dict[str, int] = {}
 
     @property
     def transactional_id(self) -> str:
@@ -175,11 +226,12 @@ class TaskTransaction:
             extra["partition"] = partition
         if headers:
             extra["headers"] = headers
+        produce = self._client.produce
         try:
             try:
-                self._client.produce(topic, value, key, **extra)
+                produce(topic, value, key, **extra)
             except BufferError:
-                self._produce_when_room(topic, value, key, extra)
+                self._produce_when_room(partial(produce, topic, value, key, **extra))
         except KafkaException as exc:
             raise _produce_failure(topic, value, key, exc, self._config) from exc
         except SystemError as exc:
@@ -193,19 +245,96 @@ class TaskTransaction:
     ) -> None:
         """Produce `values[i]` with `keys[i]` to `topic`, for every i: the columnar fast path.
 
-        The same checks as `send`, in a loop with no per-record Python call but produce().
+        The partitions are computed for the whole batch (kafka/partitioner.py: the ones
+        librdkafka picks for keys; one random partition per call for null keys, as a sticky
+        partitioner does), then each partition's records are produced with an explicit
+        partition and a delivery callback in C (`_PartitionReports`): no Python call per
+        record but produce(). The same checks as `send`.
         """
+        if self._config.get("partitioner") != KEY_HASH_PARTITIONER:
+            self._produce_all(topic, values, keys)  # librdkafka partitions, as set
+            return
+        if not values:
+            return
+        partitions = self._partitions_of(topic, keys, len(values))
+        for partition, values_of, keys_of in _by_partition(partitions, values, keys):
+            self._send_to_partition(topic, partition, values_of, keys_of)
+
+    def _send_to_partition(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+    ) -> None:
+        """Produce records to one partition, reported to its `_PartitionReports`."""
+        reports = self._partition_reports.setdefault((topic, partition), _PartitionReports())
+        if not reports.sent:  # the partition's first record reports on its own
+            first_key = keys[:1] if keys is not None else None
+            self._produce_all(topic, values[:1], first_key, partition, reports.callback())
+            reports.sent = 1
+            values, keys = values[1:], keys[1:] if keys is not None else None
+        self._produce_all(topic, values, keys, partition, reports.callback())
+        reports.sent += len(values)
+
+    def _partitions_of(
+        self, topic: str, keys: Sequence[bytes | None] | None, records: int
+    ) -> np.ndarray:
+        """Each record's partition: the key's hash, or one random partition for null keys."""
+        count = self._partition_count(topic)
+        sticky = random.randrange(count)
+        if keys is None:
+            return np.full(records, sticky, np.int64)
+        try:  # cheaper than looking for null keys first: they are rare, and refused at once
+            return key_partitions(cast("Sequence[bytes]", keys), count)
+        except TypeError:
+            pass
+        keyed = [i for i, key in enumerate(keys) if key is not None]
+        partitions = np.full(records, sticky, np.int64)
+        partitions[keyed] = key_partitions([cast(bytes, keys[i]) for i in keyed], count)
+        return partitions
+
+    def _partition_count(self, topic: str) -> int:
+        """How many partitions `topic` has (asked once per transaction and topic).
+
+        Raises:
+            InputError: the topic does not exist.
+        """
+        count = self._partition_counts.get(topic)
+        if count is not None:
+            return count
+        try:
+            metadata = self._client.list_topics(topic, self._timeout_s).topics[topic]
+        except KafkaException as exc:
+            raise _kafka_failure(f"reading the metadata of {topic}", exc, self._config) from exc
+        if metadata.error is not None:
+            failure = KafkaException(metadata.error)
+            raise _produce_failure(topic, None, None, failure, self._config) from failure
+        count = self._partition_counts[topic] = len(metadata.partitions)
+        return count
+
+    def _produce_all(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        *where: Any,
+    ) -> None:
+        """produce(topic, value, key, *where) for every record: `where` is empty (librdkafka
+        partitions, `on_delivery` reports) or (partition, delivery callback)."""
         produce = self._client.produce
         served = self._sent
         sent = 0
+        value: bytes | None = None
+        key: bytes | None = None
         try:
-            for value, key in (
-                zip(values, keys, strict=True) if keys is not None else _no_keys(values)
+            for value, key in zip(values, keys, strict=True) if keys is not None else _no_keys(
+                values
             ):
                 try:
-                    produce(topic, value, key)
+                    produce(topic, value, key, *where)
                 except BufferError:
-                    self._produce_when_room(topic, value, key, {})
+                    self._produce_when_room(partial(produce, topic, value, key, *where))
                 sent += 1
                 if sent % POLL_EVERY == 0:
                     self._sent = served + sent
@@ -217,16 +346,14 @@ class TaskTransaction:
         finally:
             self._sent = served + sent
 
-    def _produce_when_room(
-        self, topic: str, value: bytes | None, key: bytes | None, extra: dict[str, Any]
-    ) -> None:
-        """The producer queue is full: serve delivery reports until produce() is accepted."""
+    def _produce_when_room(self, produce_one: Callable[[], None]) -> None:
+        """The producer queue is full: serve delivery reports until `produce_one` is accepted."""
         deadline = time.monotonic() + self._timeout_s
         while True:
             self._client.poll(0.05)
             self._raise_delivery_error()
             try:
-                self._client.produce(topic, value, key, **extra)
+                produce_one()
                 return
             except BufferError:
                 if time.monotonic() > deadline:
@@ -258,11 +385,7 @@ class TaskTransaction:
                 f"{remaining} records of {self._txn_id} were not delivered within "
                 f"{self._timeout_s:.0f}s"
             )
-        if self._deliveries.delivered != self._sent:
-            raise KafkaTxnSinkError(
-                f"{self._txn_id}: {self._sent} records sent, {self._deliveries.delivered} "
-                f"delivery reports"
-            )
+        self._check_every_record_reported()
         triple = self._read_triple()
         return Prepared(
             triple=triple,
@@ -270,6 +393,24 @@ class TaskTransaction:
             offsets=self._deliveries.offsets(),
             prepared_at_ms=int(time.time() * 1000),
         )
+
+    def _check_every_record_reported(self) -> None:
+        """After a flush without errors: every record was delivered; its offset is recorded."""
+        by_partition = sum(reports.sent for reports in self._partition_reports.values())
+        for (topic, partition), reports in self._partition_reports.items():
+            offsets = reports.offsets()
+            if not offsets:
+                raise KafkaTxnSinkError(
+                    f"{self._txn_id}: no delivery report of the first record to {topic} "
+                    f"[{partition}]"
+                )
+            for offset in offsets:
+                self._deliveries.record(topic, partition, offset)
+        if self._deliveries.delivered != self._sent - by_partition:
+            raise KafkaTxnSinkError(
+                f"{self._txn_id}: {self._sent - by_partition} records sent one by one, "
+                f"{self._deliveries.delivered} delivery reports"
+            )
 
     def abort(self) -> None:
         """Abort the open transaction, best effort (never raises)."""
@@ -298,12 +439,20 @@ class TaskTransaction:
             raise KafkaTxnSinkError(f"the producer of {self._txn_id} was already detached")
         return self._producer
 
+    def _take_partition_errors(self) -> None:
+        """Hand the failures `send_many`'s reports hold to the one place that picks the cause."""
+        for reports in self._partition_reports.values():
+            for error, msg in reports.take_errors():
+                self._deliveries.on_delivery(error, msg)
+
     def _raise_delivery_error(self) -> None:
+        self._take_partition_errors()
         if self._deliveries.error is None:
             return
         if self._deliveries.purged_only:  # collect the report of the cause first (bounded)
             with contextlib.suppress(KafkaException, SystemError):
                 self._client.flush(self._timeout_s)
+            self._take_partition_errors()
         error = self._deliveries.error
         assert error is not None
         self.abort()
@@ -386,6 +535,29 @@ def _produce_failure(
     if error.code() == KafkaError._UNKNOWN_PARTITION:
         return InputError(f"column partition names a partition that topic {topic!r} lacks")
     return KafkaTxnSinkError(f"producing to {topic} failed: {error.str()}")
+
+
+def _by_partition(
+    partitions: np.ndarray, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None
+) -> Iterator[tuple[int, Sequence[bytes | None], Sequence[bytes | None] | None]]:
+    """(partition, its values, its keys) for each partition used, records in their order."""
+    if (partitions == partitions[0]).all():
+        yield int(partitions[0]), values, keys
+        return
+    order = np.argsort(partitions, kind="stable")
+    bounds = np.flatnonzero(np.diff(partitions[order])) + 1
+    firsts = partitions[order[np.concatenate(([0], bounds))]].tolist()
+    values_by = _split(values, order, bounds)
+    keys_by = _split(keys, order, bounds) if keys is not None else [None] * len(firsts)
+    yield from zip(firsts, values_by, keys_by, strict=True)
+
+
+def _split(
+    items: Sequence[bytes | None], order: np.ndarray, bounds: np.ndarray
+) -> list[list[bytes | None]]:
+    """`items` taken in `order`, cut at `bounds` (numpy does the moving, not a Python loop)."""
+    array = np.fromiter(items, object, len(items))
+    return [part.tolist() for part in np.split(array[order], bounds)]
 
 
 def _no_keys(values: Sequence[bytes | None]) -> Iterator[tuple[bytes | None, None]]:

@@ -4,7 +4,9 @@ For a row writer PySpark turns each Arrow batch into one `Row` per row first (a 
 cell, then one per row: about 2 us a row, measured). The Arrow writer skips that, and here the
 used columns of each batch are converted in one `to_pylist()` call each, in C; string columns are
 reinterpreted as binary (`Array.view`, no copy, no decoding). What remains is one Python `bytes`
-per key and per value, which confluent-kafka's `produce()` takes.
+per key and per value, which confluent-kafka's `produce()` takes: records with only keys and
+values go to `send_many`, which partitions the whole batch at once and collects delivery reports
+without a Python call per record (kafka/producer.py).
 """
 
 from __future__ import annotations
