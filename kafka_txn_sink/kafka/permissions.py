@@ -141,7 +141,8 @@ def refused(
     permission `step` needs; a refused login names the mechanism. None for any other code.
     """
     if code == _TXN_ID_DENIED and txn_id is not None:
-        return denied(ids_permission("Write", txn_id.rsplit("-", 1)[0]), kafka, step)
+        # A sink id has no '-': it is what comes before the first one.
+        return denied(ids_permission("Write", txn_id.split("-", 1)[0]), kafka, step)
     if code in (_TXN_ID_DENIED, _TOPIC_DENIED, _CLUSTER_DENIED) and needed is not None:
         return denied(needed, kafka, step)
     if code in (_SASL_FAILED, _LOCAL_AUTHENTICATION):

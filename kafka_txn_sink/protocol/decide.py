@@ -75,6 +75,9 @@ def commit_batch(
         try:
             committer.commit(messages, batch_id)
         except SupersededError:
+            # Spark's abort() will not get this far (its streamWriter() is refused), so the
+            # run's own prepared transactions, undecided by construction, are aborted here.
+            committer.abort_prepared(messages)
             release(options.sink_id, session.commit_log, run)
             raise
         except BaseException:
@@ -167,12 +170,21 @@ class Committer:
         if decision is not None:
             self._abort_undecided(tasks, decision)
         else:
-            prepared = [t.prepared_triple for t in tasks if t.status == "prepared"]
-            for result in self._settler.abort(prepared):
-                if not result.ok:
-                    log.warning("abort of %s failed: %s", result.triple, result.error)
+            self.abort_prepared(tasks)
         if len(tasks) < len(messages) or not messages:
             self._clean_up()
+
+    def abort_prepared(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        """Abort, by exact triple, every transaction the messages say was prepared: only for
+        a batch this run cannot have decided."""
+        prepared = [
+            m.prepared_triple
+            for m in messages
+            if isinstance(m, TaskCommit) and m.status == "prepared"
+        ]
+        for result in self._settler.abort(prepared):
+            if not result.ok:
+                log.warning("abort of %s failed: %s", result.triple, result.error)
 
     def _clean_up(self) -> None:
         clean_up(self._options.sink_id, self._log, self._txn_admin, self._settler, self._run)
@@ -205,9 +217,16 @@ class Committer:
             self._log.put_decision(decision)
         except CommitLogConflictError:
             found = self._log.decision(batch_id)
-            if found is not None:
-                check_decided_by(found, self._run, self._log)
-            raise
+            if found is None or self._write is not None:
+                raise
+            check_decided_by(found, self._run, self._log)
+            log.warning(
+                "batch %d of sink %s was decided by run %s first; rolling that decision forward",
+                batch_id,
+                self._options.sink_id,
+                found.run,
+            )
+            return found  # an older run's decision counts: commit() completes it
         failpoints.fire("driver.after_decision", batch_id)
         return decision
 

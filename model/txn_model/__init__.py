@@ -2,7 +2,8 @@
 
 Modules: `coordinator` (the brokers' transaction coordinator), `commit_log` (the sink's log and
 the owned variant's ownership rules), `state` (one state of the whole system), `protocol` (every
-step of drivers, task attempts and the environment), `oracle` (what read_committed consumers
+step of drivers, task attempts and the environment), `keyed` (the driver steps of the keyed
+variant, the protocol as built), `oracle` (what read_committed consumers
 must see), `explore` (the search), `config` (the variant and fault bounds). See README.md.
 """
 

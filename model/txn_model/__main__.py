@@ -45,6 +45,16 @@ def parse(argv: list[str]) -> Config:
         action="store_true",
         help="the clean-up reads the log before describing (the wrong order of owned rule 8)",
     )
+    parser.add_argument(
+        "--keyed-fixes",
+        action="store_true",
+        help="keyed with the changes README.md proposes (superseded runs stop for good)",
+    )
+    parser.add_argument(
+        "--progress",
+        action="store_true",
+        help="require that some run finishes unless a driver crashed or a transaction timed out",
+    )
     parser.add_argument("--max-states", type=int, default=2_000_000)
     args = parser.parse_args(argv)
     if args.slots < 2:
@@ -62,6 +72,8 @@ def parse(argv: list[str]) -> Config:
         zombies=args.zombies,
         slots=args.slots,
         cleanup_reads_log_first=args.cleanup_reads_log_first,
+        keyed_fixes=args.keyed_fixes,
+        progress=args.progress,
         max_states=args.max_states,
     )
 

@@ -5,7 +5,10 @@ record per batch, each written only if absent. Variant `owned` uses it as a put-
 *sequence*: entry k is written only if no entry k exists, so appending is a compare-and-set on
 the log's length, and every reader sees the same order. There, a run appends an owner entry
 before anything else, and a decision counts only if the latest owner entry before it is its
-writer's (so a decision appended after a newer run became owner is void).
+writer's (so a decision appended after a newer run became owner is void). Variant `keyed`
+keeps the tuple only as the set of records: each is put-if-absent under its own key (owner per
+run number, decision and completion per batch, release per run), and its readers use no order
+between records of different keys but the run numbers the records carry.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ def latest_owner(log: Log, before: int | None = None) -> Entry | None:
 
 
 def superseded_by(log: Log, run: int) -> int | None:
-    """The run that took the sink over from `run`, if one did (owned)."""
+    """The run that took the sink over from `run`, if one did (owned, keyed)."""
     owner = latest_owner(log)
     return owner.run if owner is not None and owner.run != run else None
 
@@ -86,7 +89,7 @@ def decisions(log: Log, variant: Variant) -> dict[int, Entry]:
     """The decision that counts for each decided batch.
 
     In `owned`, the first decision of a batch whose writer was the owner when it was appended;
-    in `current` there is at most one decision per batch.
+    in `current` and `keyed` the first decision of the batch (the only one the log accepts).
     """
     found: dict[int, Entry] = {}
     for index, entry in enumerate(log):
@@ -98,6 +101,33 @@ def decisions(log: Log, variant: Variant) -> dict[int, Entry]:
                 continue
         found[entry.batch] = entry
     return found
+
+
+def latest_decision(log: Log, variant: Variant) -> Entry | None:
+    """The decision of the highest decided batch (the product's `latest_decision()`)."""
+    decided = decisions(log, variant)
+    return decided[max(decided)] if decided else None
+
+
+def next_run(log: Log) -> int:
+    """Keyed: the run number a new owner record takes, one past the highest recorded. Owner
+    records are put-if-absent per number and each writer takes one past what it read, so the
+    numbers are dense and in the order recorded."""
+    latest = latest_owner(log)
+    return latest.run + 1 if latest is not None else 0
+
+
+def may_abort(log: Log, slot: int, mine: int) -> bool:
+    """Keyed: whether a run holding slot `mine` may abort an open, undecided transaction of
+    `slot`: its own slot's, yes; another's only when the latest decision's run is newer than
+    that slot's last holder (runs.py `may_abort`)."""
+    if slot == mine:
+        return True
+    latest = latest_decision(log, Variant.KEYED)
+    if latest is None:
+        return False
+    holder = slot_holder(log, slot)
+    return (holder if holder is not None else -1) < latest.run
 
 
 def completed(log: Log) -> set[int]:

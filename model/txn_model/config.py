@@ -18,6 +18,12 @@ class Variant(str, Enum):
     """Run-scoped ids `{sinkId}-{slot}-{partition}` from a bounded pool of slots, and the commit
     log as a put-if-absent sequence with owner entries (see README.md, "The owned rules")."""
 
+    KEYED = "keyed"
+    """What the product builds (kafka_txn_sink/protocol/runs.py): the owned ids and slots, but
+    log records put-if-absent per key (owner per run number, decision per batch, first wins),
+    so nothing orders an owner record against a decision; an older run's decision written after
+    a newer owner record still counts (see README.md, "The keyed variant")."""
+
 
 @dataclass(frozen=True)
 class Config:
@@ -44,10 +50,19 @@ class Config:
     zombies: int = 0
     """Task attempts that run at any moment beside the attempt whose result is used."""
     slots: int = 2
-    """Size of the pool of run slots (variant owned)."""
+    """Size of the pool of run slots (variants owned and keyed)."""
     cleanup_reads_log_first: bool = False
     """The clean-up reads the log before it describes the ids: the wrong order, kept to show
     why owned rule 8 describes first."""
+    keyed_fixes: bool = False
+    """Variant keyed with the changes proposed to the product (README.md, "The keyed
+    variant"): commit() of a superseded run aborts its own undecided transactions before it
+    raises, and abort()'s streamWriter() refuses a driver whose run was released (as it refuses
+    one whose run was superseded); a decision conflict with an older run's decision rolls that
+    decision forward instead of failing the batch."""
+    progress: bool = False
+    """Also require, in a final state, that some run finished the query unless a driver crashed
+    or the coordinator timed out a transaction: overlapping drivers alone must not stop it."""
     max_states: int = 2_000_000
 
     def describe(self) -> str:
@@ -64,8 +79,12 @@ class Config:
             f"retries={self.retries}",
             f"zombies={self.zombies}",
         ]
-        if self.variant is Variant.OWNED:
+        if self.variant is not Variant.CURRENT:
             parts.append(f"slots={self.slots}")
         if self.cleanup_reads_log_first:
             parts.append("cleanup_reads_log_first")
+        if self.keyed_fixes:
+            parts.append("keyed_fixes")
+        if self.progress:
+            parts.append("progress")
         return " ".join(parts)

@@ -7,9 +7,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from model.txn_model.config import Config
+from model.txn_model.config import Config, Variant
+from model.txn_model.keyed import KEYED_PHASES
 from model.txn_model.oracle import final_violation, left_open, violation
-from model.txn_model.protocol import successors
+from model.txn_model.protocol import PHASES, successors
 from model.txn_model.state import Status, World, initial_world
 
 
@@ -46,6 +47,7 @@ def explore(config: Config) -> Result:
     start = initial_world(config)
     parents: dict[World, tuple[World | None, str]] = {start: (None, "")}
     queue = deque([start])
+    phases = KEYED_PHASES if config.variant is Variant.KEYED else PHASES
     result = Result(config, 0, 0.0)
     while queue:
         world = queue.popleft()
@@ -53,7 +55,7 @@ def explore(config: Config) -> Result:
         problem = violation(world, config)
         enabled = 0
         if problem is None:
-            for label, after in successors(world, config):
+            for label, after in successors(world, config, phases):
                 enabled += 1
                 if after not in parents:
                     if len(parents) >= config.max_states:

@@ -10,7 +10,8 @@ In every state:
 
 At the end (no step enabled): no run is stuck; and once some run finished the query, every row
 of every batch is visible, but for participants the coordinator's timeout aborted, and, when
-runs never overlapped and no zombie attempt ran, no transaction is left open.
+runs never overlapped and no zombie attempt ran, no transaction is left open. With
+`Config.progress`, also: some run finished, unless a driver crashed or a transaction timed out.
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ def final_violation(world: World, config: Config) -> str | None:
     """What is wrong with a state in which no process can take a step, if anything."""
     for driver in world.drivers:
         if driver.alive:
-            return f"run {driver.run} is stuck at batch {driver.batch}: {driver.phase.value}"
+            return f"{driver.name()} is stuck at batch {driver.batch}: {driver.phase.value}"
     if not any(d.status is Status.FINISHED for d in world.drivers):
-        return None
+        return _no_progress(world, config)
     visible = {row for row, _ in world.visible}
     excused = {
         (d.batch, p.partition)
@@ -72,6 +73,16 @@ def final_violation(world: World, config: Config) -> str | None:
     if not config.concurrent and config.zombies == 0 and left_open(world):
         return "query finished (runs one after another) but a transaction is left open"
     return None
+
+
+def _no_progress(world: World, config: Config) -> str | None:
+    """With `config.progress`: no run finished, though no driver crashed and no transaction
+    timed out."""
+    faults = world.used.crashes or world.used.timeouts
+    if not config.progress or faults:
+        return None
+    ends = ", ".join(f"{d.name()} {d.status.value} ({d.reason})" for d in world.drivers)
+    return f"no run finished the query, and no driver crashed: {ends}"
 
 
 def left_open(world: World) -> int:

@@ -43,13 +43,16 @@ from model.txn_model.state import (
 Step = tuple[str, World]
 """A labelled transition: what happened, and the state after it."""
 
+PhaseSteps = Callable[[World, Config, Driver], Iterator[Step]]
+"""The steps of a driver in one phase."""
 
-def successors(world: World, config: Config) -> Iterator[Step]:
-    """Every step enabled in `world`."""
+
+def successors(world: World, config: Config, phases: dict[Phase, PhaseSteps]) -> Iterator[Step]:
+    """Every step enabled in `world`, the drivers' steps taken from `phases`."""
     yield from _environment_steps(world, config)
     for driver in world.drivers:
         if driver.alive:
-            yield from _driver_steps(world, config, driver)
+            yield from _driver_steps(world, config, driver, phases)
     for index, task in enumerate(world.tasks):
         yield from _task_steps(world, config, index, task)
 
@@ -57,7 +60,8 @@ def successors(world: World, config: Config) -> Iterator[Step]:
 # --- small helpers ----------------------------------------------------------------------------
 
 
-def _with_driver(world: World, driver: Driver) -> World:
+def with_driver(world: World, driver: Driver) -> World:
+    """`world` with `driver` in its place."""
     drivers = list(world.drivers)
     drivers[driver.run] = driver
     return world._replace(drivers=tuple(drivers))
@@ -78,26 +82,29 @@ def _collected(world: World, task: Task) -> bool:
     return task.kind is AttemptKind.PRIMARY and world.drivers[task.run].alive
 
 
-def _append(world: World, entry: Entry) -> World:
+def append_entry(world: World, entry: Entry) -> World:
+    """`world` with `entry` written to the commit log."""
     return world._replace(log=(*world.log, entry))
 
 
-def _say(driver: Driver, text: str) -> str:
-    return f"run {driver.run} b{driver.batch}: {text}"
+def say(driver: Driver, text: str) -> str:
+    """A trace line for a step of `driver`."""
+    return f"{driver.name()} b{driver.batch}: {text}"
 
 
-def _at(world: World, driver: Driver, phase: Phase) -> World:
-    return _with_driver(world, driver._replace(phase=phase))
+def at_phase(world: World, driver: Driver, phase: Phase) -> World:
+    """`world` with `driver` moved on to `phase`."""
+    return with_driver(world, driver._replace(phase=phase))
 
 
-def _stop(world: World, config: Config, driver: Driver, status: Status, reason: str) -> World:
+def stop_run(world: World, config: Config, driver: Driver, status: Status, reason: str) -> World:
     """The run ends. In `owned`, a run that finished or was superseded releases its slot: it
     stops only between stages, so none of its tasks runs. A failed run does not (Spark may
     still be cancelling tasks of a failed stage), and a crashed one cannot."""
-    world = _with_driver(world, driver._replace(status=status, reason=reason))
+    world = with_driver(world, driver._replace(status=status, reason=reason))
     releases = status in (Status.FINISHED, Status.SUPERSEDED)
     if config.variant is Variant.OWNED and driver.slot >= 0 and releases:
-        world = _append(world, Entry(Kind.RELEASE, driver.run))
+        world = append_entry(world, Entry(Kind.RELEASE, driver.run))
     return _with_tasks(world, list(world.tasks))
 
 
@@ -111,12 +118,12 @@ def _superseded(world: World, config: Config, driver: Driver) -> Step | None:
     reason = f"superseded by run {newer}"
     text = f"finds run {newer} owns the sink: stops with an error naming run {newer}"
     if driver.messages:  # commit() raised: Spark calls abort() with the tasks' messages
-        world = _abort_undecided(world, config, driver)
+        world = abort_undecided(world, config, driver)
         text += ", abort()"
-    return _say(driver, text), _stop(world, config, driver, Status.SUPERSEDED, reason)
+    return say(driver, text), stop_run(world, config, driver, Status.SUPERSEDED, reason)
 
 
-def _abort_undecided(world: World, config: Config, driver: Driver) -> World:
+def abort_undecided(world: World, config: Config, driver: Driver) -> World:
     """abort() for its own prepared transactions that no decision lists, by exact triple."""
     decided = cl.decided_triples(world.log, config.variant)
     coordinator = world.coordinator
@@ -128,8 +135,8 @@ def _abort_undecided(world: World, config: Config, driver: Driver) -> World:
 
 def _fail_batch(world: World, config: Config, driver: Driver, why: str) -> Step:
     """commit() raised: Spark calls abort(), then the query stops (a restart is a new run)."""
-    world = _abort_undecided(world, config, driver)
-    return _say(driver, f"{why}: batch fails, abort()"), _stop(
+    world = abort_undecided(world, config, driver)
+    return say(driver, f"{why}: batch fails, abort()"), stop_run(
         world, config, driver, Status.FAILED, why
     )
 
@@ -171,18 +178,18 @@ def _new_run(world: World, config: Config) -> Iterator[Step]:
         return
     driver = new_driver(world, config)
     alive = [str(d.run) for d in world.drivers if d.alive]
-    runs = "run " if len(alive) == 1 else "runs "
+    runs = f"{driver.label} " if len(alive) == 1 else f"{driver.label}s "
     beside = f" beside live {runs}{', '.join(alive)}" if alive else ""
     world = world._replace(
         drivers=(*world.drivers, driver), used=world.used._replace(runs=world.used.runs + 1)
     )
-    yield f"run {driver.run} starts on the checkpoint at batch {driver.batch}{beside}", world
+    yield f"{driver.name()} starts on the checkpoint at batch {driver.batch}{beside}", world
 
 
 def _launched(driver: Driver, batch: int) -> bool:
     if batch < driver.first_batch or batch > driver.batch:
         return False
-    early = (Phase.OWN, Phase.START_ROLL, Phase.LAUNCH)
+    early = (Phase.OWN, Phase.START_ROLL, Phase.START_CHECK, Phase.LAUNCH)
     return batch < driver.batch or driver.phase not in early
 
 
@@ -195,9 +202,7 @@ def _late_attempts(world: World, config: Config) -> Iterator[Step]:
             if driver.status is Status.CRASHED or not _launched(driver, batch):
                 continue
             for partition in range(config.partitions):
-                late = Task(
-                    driver.run, driver.slot, batch, partition, AttemptKind.LATE, TaskStep.CHECK
-                )
+                late = driver.attempt(batch, partition, AttemptKind.LATE)
                 yield (
                     f"{late.name()} starts (batch {batch} is decided)",
                     _with_tasks(world._replace(used=used), [*world.tasks, late]),
@@ -207,25 +212,27 @@ def _late_attempts(world: World, config: Config) -> Iterator[Step]:
 # --- drivers ------------------------------------------------------------------------------------
 
 
-def _driver_steps(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+def _driver_steps(
+    world: World, config: Config, driver: Driver, phases: dict[Phase, PhaseSteps]
+) -> Iterator[Step]:
     if world.used.crashes < config.crashes:
-        crashed = _with_driver(world, driver._replace(status=Status.CRASHED, reason="crashed"))
+        crashed = with_driver(world, driver._replace(status=Status.CRASHED, reason="crashed"))
         crashed = crashed._replace(
             tasks=tuple(t for t in world.tasks if t.run != driver.run),
             used=world.used._replace(crashes=world.used.crashes + 1),
         )
-        yield _say(driver, f"driver crashes before: {driver.phase.value}"), crashed
-    yield from PHASES[driver.phase](world, config, driver)
+        yield say(driver, f"driver crashes before: {driver.phase.value}"), crashed
+    yield from phases[driver.phase](world, config, driver)
 
 
 def _own(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     slot = cl.choose_slot(world.log, config.slots)
-    world = _append(world, Entry(Kind.OWNER, driver.run, slot=slot))
+    world = append_entry(world, Entry(Kind.OWNER, driver.run, slot=slot))
     driver = driver._replace(slot=slot, phase=Phase.START_ROLL)
-    yield _say(driver, f"appends owner(run {driver.run}, slot {slot})"), _with_driver(world, driver)
+    yield say(driver, f"appends owner(run {driver.run}, slot {slot})"), with_driver(world, driver)
 
 
-def _roll_forward(world: World, config: Config, driver: Driver, then: Phase) -> Iterator[Step]:
+def roll_forward(world: World, config: Config, driver: Driver, then: Phase) -> Iterator[Step]:
     """One step of completing the oldest incomplete decision, or move on if there is none."""
     stop = _superseded(world, config, driver)
     if stop is not None:
@@ -233,7 +240,7 @@ def _roll_forward(world: World, config: Config, driver: Driver, then: Phase) -> 
         return
     pending = cl.incomplete(world.log, config.variant)
     if not pending:
-        yield _say(driver, f"{driver.phase.value}: nothing to do"), _at(world, driver, then)
+        yield say(driver, f"{driver.phase.value}: nothing to do"), at_phase(world, driver, then)
         return
     decision = pending[0]
     for participant in decision.participants:
@@ -241,38 +248,38 @@ def _roll_forward(world: World, config: Config, driver: Driver, then: Phase) -> 
         if txn is not None and txn.holds(participant.triple) and txn.state is TxnState.ONGOING:
             coordinator, outcome = end_txn(world.coordinator, participant.triple, commit=True)
             text = f"EndTxn(commit) {participant.triple} of batch {decision.batch}: {outcome.value}"
-            yield _say(driver, text), world._replace(coordinator=coordinator)
+            yield say(driver, text), world._replace(coordinator=coordinator)
             return
     done = Entry(Kind.COMPLETION, driver.run, batch=decision.batch)
-    yield _say(driver, f"batch {decision.batch} settled: appends {done}"), _append(world, done)
+    yield say(driver, f"batch {decision.batch} settled: appends {done}"), append_entry(world, done)
 
 
 def _start_roll(world: World, config: Config, driver: Driver) -> Iterator[Step]:
-    return _roll_forward(world, config, driver, Phase.LAUNCH)
+    return roll_forward(world, config, driver, Phase.LAUNCH)
 
 
 def _commit_roll(world: World, config: Config, driver: Driver) -> Iterator[Step]:
-    return _roll_forward(world, config, driver, Phase.DECIDED_CHECK)
+    return roll_forward(world, config, driver, Phase.DECIDED_CHECK)
 
 
 def _phase2(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     first = Phase.SWEEP_READ if config.cleanup_reads_log_first else Phase.SWEEP_DESCRIBE
-    return _roll_forward(world, config, driver, first)
+    return roll_forward(world, config, driver, first)
 
 
 def _launch(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     def attempt(partition: int, kind: AttemptKind) -> Task:
-        return Task(driver.run, driver.slot, driver.batch, partition, kind, TaskStep.CHECK)
+        return driver.attempt(driver.batch, partition, kind)
 
     primaries = [attempt(p, AttemptKind.PRIMARY) for p in range(config.partitions)]
-    launched = _at(world, driver, Phase.WAIT)
-    yield _say(driver, "launches the tasks"), _with_tasks(launched, [*world.tasks, *primaries])
+    launched = at_phase(world, driver, Phase.WAIT)
+    yield say(driver, "launches the tasks"), _with_tasks(launched, [*world.tasks, *primaries])
     if world.used.zombies < config.zombies:
         used = launched.used._replace(zombies=launched.used.zombies + 1)
         for p in range(config.partitions):
             tasks = [*world.tasks, *primaries, attempt(p, AttemptKind.ZOMBIE)]
             text = f"launches the tasks, and a zombie attempt of partition {p}"
-            yield _say(driver, text), _with_tasks(launched._replace(used=used), tasks)
+            yield say(driver, text), _with_tasks(launched._replace(used=used), tasks)
 
 
 def _wait(world: World, config: Config, driver: Driver) -> Iterator[Step]:
@@ -290,8 +297,8 @@ def _wait(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     driver = driver._replace(messages=messages, phase=Phase.COMMIT_ROLL)
     summary = ", ".join(f"p{m.partition} {m.status}" for m in messages)
     yield (
-        _say(driver, f"collects the messages ({summary})"),
-        _with_tasks(_with_driver(world, driver), rest),
+        say(driver, f"collects the messages ({summary})"),
+        _with_tasks(with_driver(world, driver), rest),
     )
 
 
@@ -301,14 +308,14 @@ def _decided_check(world: World, config: Config, driver: Driver) -> Iterator[Ste
         yield stop
         return
     if driver.batch in cl.decisions(world.log, config.variant):
-        world = _abort_undecided(world, config, driver)
+        world = abort_undecided(world, config, driver)
         text = "batch is decided already: aborts its own undecided transactions, rolls forward"
-        yield _say(driver, text), _at(world, driver, Phase.PHASE2)
+        yield say(driver, text), at_phase(world, driver, Phase.PHASE2)
         return
     if any(m.status != "prepared" for m in driver.messages):
         yield _fail_batch(world, config, driver, "a task did not prepare")
         return
-    yield _say(driver, "messages complete"), _at(world, driver, Phase.PREPARE_CHECK)
+    yield say(driver, "messages complete"), at_phase(world, driver, Phase.PREPARE_CHECK)
 
 
 def _prepare_check(world: World, config: Config, driver: Driver) -> Iterator[Step]:
@@ -318,7 +325,7 @@ def _prepare_check(world: World, config: Config, driver: Driver) -> Iterator[Ste
         if txn is None or not txn.holds(message.triple) or txn.state is not TxnState.ONGOING:
             yield _fail_batch(world, config, driver, f"prepare check: {message.triple} not open")
             return
-    yield _say(driver, "prepare check passes"), _at(world, driver, Phase.DECIDE)
+    yield say(driver, "prepare check passes"), at_phase(world, driver, Phase.DECIDE)
 
 
 def _decide(world: World, config: Config, driver: Driver) -> Iterator[Step]:
@@ -331,9 +338,9 @@ def _decide(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     if existing is None:
         decision = Entry(Kind.DECISION, driver.run, batch=driver.batch, participants=parts)
         text = f"appends {decision}: the commit point"
-        yield _say(driver, text), _at(_append(world, decision), driver, Phase.PHASE2)
+        yield say(driver, text), at_phase(append_entry(world, decision), driver, Phase.PHASE2)
     elif existing.participants == parts:
-        yield _say(driver, "finds its own decision"), _at(world, driver, Phase.PHASE2)
+        yield say(driver, "finds its own decision"), at_phase(world, driver, Phase.PHASE2)
     else:
         yield _fail_batch(world, config, driver, f"decision conflict with run {existing.run}")
 
@@ -351,11 +358,11 @@ def _open_triples(world: World) -> tuple[Triple, ...]:
 def _sweep_describe(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     seen = _open_triples(world)
     if config.cleanup_reads_log_first:
-        yield _cleanup_planned(world, driver, tuple(t for t in seen if t not in driver.held))
+        yield cleanup_planned(world, driver, tuple(t for t in seen if t not in driver.held))
         return
     names = ", ".join(str(t) for t in seen) or "nothing open"
     driver = driver._replace(seen=seen, phase=Phase.SWEEP_READ)
-    yield _say(driver, f"clean-up describes {names}"), _with_driver(world, driver)
+    yield say(driver, f"clean-up describes {names}"), with_driver(world, driver)
 
 
 def _sweep_read(world: World, config: Config, driver: Driver) -> Iterator[Step]:
@@ -366,43 +373,49 @@ def _sweep_read(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     held = cl.held(world.log, config.variant)
     if config.cleanup_reads_log_first:
         driver = driver._replace(held=tuple(sorted(held)), phase=Phase.SWEEP_DESCRIBE)
-        yield _say(driver, "clean-up reads the log"), _with_driver(world, driver)
+        yield say(driver, "clean-up reads the log"), with_driver(world, driver)
         return
-    yield _cleanup_planned(world, driver, tuple(t for t in driver.seen if t not in held))
+    yield cleanup_planned(world, driver, tuple(t for t in driver.seen if t not in held))
 
 
-def _cleanup_planned(world: World, driver: Driver, targets: tuple[Triple, ...]) -> Step:
+def cleanup_planned(world: World, driver: Driver, targets: tuple[Triple, ...]) -> Step:
     """The clean-up knows what to abort: every open transaction no incomplete decision holds."""
-    following = Phase.SWEEP_ABORT if targets else Phase.SPARK_COMMIT
+    following = Phase.SWEEP_ABORT if targets else after_cleanup(driver)
     driver = driver._replace(seen=(), held=(), targets=targets, phase=following)
     names = ", ".join(str(t) for t in targets) or "nothing"
-    return _say(driver, f"clean-up will abort {names}"), _with_driver(world, driver)
+    return say(driver, f"clean-up will abort {names}"), with_driver(world, driver)
+
+
+def after_cleanup(driver: Driver) -> Phase:
+    """Where a driver goes once its clean-up is done: Spark records the batch, or (keyed) the
+    abort() that ran the clean-up returns."""
+    return Phase.SPARK_COMMIT if driver.ending is None else Phase.ABORT_DONE
 
 
 def _sweep_abort(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     target, rest = driver.targets[0], driver.targets[1:]
     coordinator, outcome = end_txn(world.coordinator, target, commit=False)
-    following = Phase.SWEEP_ABORT if rest else Phase.SPARK_COMMIT
+    following = Phase.SWEEP_ABORT if rest else after_cleanup(driver)
     driver = driver._replace(targets=rest, phase=following)
     text = f"clean-up EndTxn(abort) {target}: {outcome.value}"
-    yield _say(driver, text), _with_driver(world._replace(coordinator=coordinator), driver)
+    yield say(driver, text), with_driver(world._replace(coordinator=coordinator), driver)
 
 
 def _spark_commit(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     world = world._replace(spark_commits=world.spark_commits | {driver.batch})
     if driver.batch + 1 >= config.batches:
         yield (
-            _say(driver, "Spark records the batch; the query is done"),
-            _stop(world, config, driver, Status.FINISHED, "finished"),
+            say(driver, "Spark records the batch; the query is done"),
+            stop_run(world, config, driver, Status.FINISHED, "finished"),
         )
         return
     driver = driver._replace(
         batch=driver.batch + 1, phase=Phase.START_ROLL, messages=(), targets=()
     )
-    yield f"run {driver.run}: Spark records batch {driver.batch - 1}", _with_driver(world, driver)
+    yield f"{driver.name()}: Spark records batch {driver.batch - 1}", with_driver(world, driver)
 
 
-PHASES: dict[Phase, Callable[[World, Config, Driver], Iterator[Step]]] = {
+PHASES: dict[Phase, PhaseSteps] = {
     Phase.OWN: _own,
     Phase.START_ROLL: _start_roll,
     Phase.LAUNCH: _launch,

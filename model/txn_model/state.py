@@ -29,6 +29,14 @@ class Phase(str, Enum):
     SWEEP_READ = "clean-up: read the log"
     SWEEP_ABORT = "clean-up: EndTxn(abort)"
     SPARK_COMMIT = "Spark records the batch in its checkpoint"
+    # keyed only: the checks and Spark's abort() as the product makes them
+    START_CHECK = "streamWriter(): check current"
+    COMMIT_CHECK = "commit worker's streamWriter(): check current"
+    ABORT_TAKE_OVER = "abort()'s streamWriter(): record a new run"
+    ABORT_ROLL = "abort()'s streamWriter(): roll forward"
+    ABORT_CHECK = "abort()'s streamWriter(): check current"
+    ABORT_TXNS = "abort(): EndTxn(abort) of its own undecided transactions"
+    ABORT_DONE = "abort() returns: the query stops"
 
 
 class Status(str, Enum):
@@ -63,11 +71,24 @@ class Driver(NamedTuple):
     seen: tuple[Triple, ...] = ()  # open transactions the clean-up described
     held: tuple[Triple, ...] = ()  # what the log held when the clean-up read it
     targets: tuple[Triple, ...] = ()  # what the clean-up will abort
+    label: str = "run"  # how traces name it ("driver" in keyed, where runs are numbered apart)
+    number: int = -1  # keyed: the run number of its owner record
+    released: bool = False  # keyed: it recorded release(number)
+    abort_run: tuple[int, int] | None = None  # keyed: (number, slot) abort()'s writer recorded
+    ending: Status | None = None  # keyed: in abort(), how the run ends when it returns
 
     @property
     def alive(self) -> bool:
         """Whether this run can still take steps."""
         return self.status is Status.RUNNING
+
+    def name(self) -> str:
+        """How traces name this driver."""
+        return f"{self.label} {self.run}"
+
+    def attempt(self, batch: int, partition: int, kind: AttemptKind) -> Task:
+        """A new attempt of one of this driver's tasks, at its first step."""
+        return Task(self.run, self.slot, batch, partition, kind, TaskStep.CHECK, label=self.label)
 
 
 class AttemptKind(str, Enum):
@@ -98,10 +119,11 @@ class Task(NamedTuple):
     step: TaskStep
     triple: Triple | None = None
     result: str = ""
+    label: str = "run"  # its driver's label
 
     def name(self) -> str:
         """How traces name this attempt."""
-        return f"run {self.run} {self.kind.value} b{self.batch}p{self.partition}"
+        return f"{self.label} {self.run} {self.kind.value} b{self.batch}p{self.partition}"
 
 
 class Used(NamedTuple):
@@ -130,14 +152,16 @@ class World(NamedTuple):
 
 def first_phase(variant: Variant) -> Phase:
     """Where a new run starts."""
-    return Phase.OWN if variant is Variant.OWNED else Phase.START_ROLL
+    return Phase.START_ROLL if variant is Variant.CURRENT else Phase.OWN
 
 
 def new_driver(world: World, config: Config) -> Driver:
     """A run started on the checkpoint: it goes on with the first batch Spark has not recorded."""
     batch = min(b for b in range(config.batches) if b not in world.spark_commits)
     phase = first_phase(config.variant)
-    return Driver(world.used.runs, -1, Status.RUNNING, "", batch, phase, first_batch=batch)
+    label = "driver" if config.variant is Variant.KEYED else "run"
+    index = world.used.runs
+    return Driver(index, -1, Status.RUNNING, "", batch, phase, first_batch=batch, label=label)
 
 
 def initial_world(config: Config) -> World:

@@ -237,6 +237,68 @@ def test_owned_clean_up_must_describe_before_it_reads_the_log() -> None:
     assert explore(config).ok
 
 
+# --- the keyed variant (what the product builds) ----------------------------------------------
+
+
+def test_keyed_may_abort_another_slot_only_after_a_newer_runs_decision() -> None:
+    log = (
+        Entry(Kind.OWNER, 0, slot=0),
+        Entry(Kind.OWNER, 1, slot=1),
+        _decision(0, 0),  # run 0's decision, written after run 1's owner record: it counts
+    )
+
+    assert cl.decisions(log, Variant.KEYED) == {0: log[2]}
+    assert cl.next_run(log) == 2
+    assert cl.may_abort(log, slot=1, mine=1)  # its own slot
+    assert not cl.may_abort(log, slot=0, mine=1)  # run 0 may still decide
+    assert cl.may_abort((*log, _decision(1, 1)), slot=0, mine=1)  # run 0 can decide no more
+
+
+KEYED = Variant.KEYED
+KEYED_CONFIGS = [
+    pytest.param(Config(KEYED, drivers=2, batches=1, partitions=1), id="two-drivers"),
+    pytest.param(
+        Config(KEYED, drivers=2, batches=1, partitions=1, crashes=1), id="two-drivers-crash"
+    ),
+    pytest.param(Config(KEYED, drivers=2, batches=1, partitions=1, late_attempts=1), id="late"),
+    pytest.param(Config(KEYED, drivers=2, batches=1, partitions=1, timeouts=1), id="timeout"),
+    pytest.param(Config(KEYED, drivers=2, batches=1, partitions=1, retries=1), id="task-retry"),
+]
+
+
+@pytest.mark.parametrize("config", KEYED_CONFIGS)
+def test_keyed_protocol_keeps_every_safety_rule(config: Config) -> None:
+    result = explore(config)
+
+    assert result.ok, "\n".join([str(result.violation), *result.trace])
+    assert result.stops.get("finished", 0) > 0
+    assert result.stops.get("superseded", 0) > 0
+
+
+def test_keyed_protocol_loses_a_decided_batch_when_a_slot_is_reused() -> None:
+    """Like owned's residual 2: a third run reuses a frozen run's slot."""
+    result = explore(Config(KEYED, drivers=3, batches=1, partitions=1, slots=2))
+
+    assert result.violation is not None and result.violation.startswith("decided batch lost")
+    assert "records owner(run 2, slot 0)" in " ".join(result.trace)
+
+
+def test_keyed_superseded_drivers_abort_takes_the_sink_from_the_live_run() -> None:
+    """What the product does today: commit() of a superseded run releases it and raises;
+    the writer Spark makes for abort() finds no unreleased run of this driver and records a
+    new one, which supersedes the live newer run: no driver finishes the query."""
+    config = Config(KEYED, drivers=2, batches=1, partitions=1, progress=True)
+
+    result = explore(config)
+
+    assert result.violation is not None and result.violation.startswith("no run finished")
+    trace = "\n".join(result.trace)
+    assert "abort()'s streamWriter(): records owner(run 2" in trace
+    assert result.trace[-1].endswith("run 2 is newer: streamWriter() raises")
+    fixed = explore(replace(config, keyed_fixes=True))
+    assert fixed.ok, "\n".join([str(fixed.violation), *fixed.trace])
+
+
 def test_a_state_cap_stops_the_search_with_a_clear_error() -> None:
     with pytest.raises(StateCapExceeded, match="more than 100 states"):
         explore(Config(Variant.OWNED, drivers=2, max_states=100))

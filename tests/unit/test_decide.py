@@ -322,7 +322,8 @@ def test_a_superseded_run_decides_nothing_and_names_the_newer_run(driver: Driver
         old.commit(tasks, 2)
 
     assert driver.log.decision(2) is None
-    assert driver.txn_admin.calls == []
+    assert ends(driver, commit=True) == []
+    assert [c for c in driver.txn_admin.calls if c[0] == "end"] == []
 
 
 def test_the_newer_run_completes_a_batch_the_older_run_decided_first(driver: Driver) -> None:
@@ -375,3 +376,27 @@ def test_a_loss_names_its_cause_from_the_epoch_the_coordinator_reports(
     with pytest.raises(TransactionLostError, match=cause):
         driver.committer._check_prepared = lambda *_: None  # type: ignore[method-assign]
         driver.committer.commit([task], 0)
+
+
+def test_a_decision_conflict_with_an_older_runs_decision_rolls_it_forward(
+    driver: Driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, new = two_runs(driver)
+    old_tasks = [run_task(driver, 2, p, slot=0) for p in range(2)]
+    new_tasks = [run_task(driver, 2, p, slot=1) for p in range(2)]
+    older = Decision(
+        SINK, QUERY, 2, tuple(Participant.from_task(t) for t in old_tasks), 2, 20, now_ms(), run=0
+    )
+    put = driver.log.put_decision
+
+    def older_run_writes_first(decision: Decision) -> None:
+        put(older)  # the frozen older run's decision lands between the check and the write
+        put(decision)
+
+    monkeypatch.setattr(driver.log, "put_decision", older_run_writes_first)
+
+    new.commit(new_tasks, 2)
+
+    assert driver.log.decision(2) == older
+    assert sorted(ends(driver, commit=True), key=str) == [t.prepared_triple for t in old_tasks]
+    assert sorted(ends(driver, commit=False), key=str) == [t.prepared_triple for t in new_tasks]

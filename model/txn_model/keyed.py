@@ -1,0 +1,262 @@
+"""The `keyed` variant's driver steps: the protocol as the product builds it
+(kafka_txn_sink/protocol/runs.py, start.py, decide.py, recover.py).
+
+Differences from `owned` (README.md, "The keyed variant"):
+- log records are put-if-absent per key; a run's owner record takes the next run number, and a
+  decision carries its run and counts if it is the first of its batch, whoever wrote it;
+- every streamWriter() (the planner's, the commit worker's, abort()'s) rolls forward with no
+  check, then checks that no newer owner record exists; raising there aborts nothing;
+- commit() checks for a newer owner once, first; a batch decided by a newer run, or a newer
+  owner, makes it release its run and raise, and Spark's abort() then creates a writer whose
+  streamWriter() records a new run for this driver (its own run is released);
+- the decision is written with no check of the owners; a conflict with an older run's decision
+  fails the batch;
+- the clean-up describes, reads the log, aborts nothing if a newer owner exists, and aborts an
+  open transaction no incomplete decision holds only if `may_abort` allows it;
+- tasks do not check for a newer run; runs release their slot only when superseded in commit().
+
+With `Config.keyed_fixes`, the changes README.md proposes: a superseded commit() aborts its own
+undecided transactions and stops for good, and a conflict with an older run's decision rolls
+that decision forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from model.txn_model import commit_log as cl
+from model.txn_model.commit_log import Entry, Kind, Participant
+from model.txn_model.config import Config, Variant
+from model.txn_model.coordinator import TxnState, describe
+from model.txn_model.protocol import (
+    PHASES,
+    PhaseSteps,
+    Step,
+    abort_undecided,
+    after_cleanup,
+    append_entry,
+    at_phase,
+    cleanup_planned,
+    roll_forward,
+    say,
+    stop_run,
+    with_driver,
+)
+from model.txn_model.state import Driver, Phase, Status, World
+
+KEYED = Variant.KEYED
+
+
+def _run(driver: Driver) -> tuple[int, int]:
+    """The (run number, slot) the driver acts as now: abort()'s new run once it recorded one."""
+    return driver.abort_run if driver.abort_run is not None else (driver.number, driver.slot)
+
+
+def _newer(world: World, driver: Driver) -> int | None:
+    """`check_current`: the newer run that owns the sink, if one does."""
+    return cl.superseded_by(world.log, _run(driver)[0])
+
+
+def _record_owner(world: World, config: Config) -> tuple[World, int, int]:
+    """`take_over` for a driver without a live run: owner(next number, slot)."""
+    number, slot = cl.next_run(world.log), cl.choose_slot(world.log, config.slots)
+    return append_entry(world, Entry(Kind.OWNER, number, slot=slot)), number, slot
+
+
+def _own(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    world, number, slot = _record_owner(world, config)
+    driver = driver._replace(number=number, slot=slot, phase=Phase.START_ROLL)
+    yield say(driver, f"records owner(run {number}, slot {slot})"), with_driver(world, driver)
+
+
+def _check(world: World, config: Config, driver: Driver, then: Phase) -> Iterator[Step]:
+    """A streamWriter()'s check after its roll forward: raising aborts nothing."""
+    newer = _newer(world, driver)
+    if newer is None:
+        yield say(driver, f"{driver.phase.value}: still the owner"), at_phase(world, driver, then)
+        return
+    reason = f"superseded by run {newer}"
+    text = f"{driver.phase.value}: run {newer} is newer: streamWriter() raises"
+    yield say(driver, text), stop_run(world, config, driver, Status.SUPERSEDED, reason)
+
+
+def _start_roll(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    return roll_forward(world, config, driver, Phase.START_CHECK)
+
+
+def _start_check(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    return _check(world, config, driver, Phase.LAUNCH)
+
+
+def _commit_roll(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    return roll_forward(world, config, driver, Phase.COMMIT_CHECK)
+
+
+def _commit_check(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    # abort()'s writer would raise the same, so Spark's abort() aborts nothing either.
+    return _check(world, config, driver, Phase.DECIDED_CHECK)
+
+
+def _raise(world: World, driver: Driver, why: str, ending: Status) -> Step:
+    """commit() raised (or the stage failed): Spark calls abort(), which starts with its own
+    streamWriter(). A superseded run released its run first, so that writer records a new one."""
+    following = Phase.ABORT_TAKE_OVER if driver.released else Phase.ABORT_ROLL
+    driver = driver._replace(ending=ending, reason=why, phase=following)
+    return say(driver, f"{why}: commit() raises, Spark calls abort()"), with_driver(world, driver)
+
+
+def _superseded(world: World, config: Config, driver: Driver, newer: int, what: str) -> Step:
+    """`SupersededError` in commit(): release this run, then raise. With the fixes, abort its
+    own undecided transactions first: abort()'s writer will refuse this driver."""
+    world = append_entry(world, Entry(Kind.RELEASE, driver.number))
+    if config.keyed_fixes:
+        world = abort_undecided(world, config, driver)
+        text = f"{what}: aborts its own undecided transactions, releases run {driver.number}"
+        reason = f"superseded by run {newer}"
+        return say(driver, text), stop_run(world, config, driver, Status.SUPERSEDED, reason)
+    driver = driver._replace(released=True)
+    return _raise(world, driver, f"{what}: releases run {driver.number}", Status.SUPERSEDED)
+
+
+def _decided_check(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    newer = _newer(world, driver)
+    if newer is not None:
+        yield _superseded(world, config, driver, newer, f"commit(): run {newer} is newer")
+        return
+    if any(m.status != "prepared" and m.status != "skipped" for m in driver.messages):
+        yield _raise(world, driver, "a task failed", Status.FAILED)
+        return
+    decision = cl.decisions(world.log, KEYED).get(driver.batch)
+    if decision is None:
+        yield (
+            say(driver, "commit(): messages complete"),
+            at_phase(world, driver, Phase.PREPARE_CHECK),
+        )
+    elif decision.run > driver.number:
+        what = f"batch decided by run {decision.run}"
+        yield _superseded(world, config, driver, decision.run, what)
+    else:
+        world = abort_undecided(world, config, driver)
+        text = f"batch decided by run {decision.run}: aborts its own strays, rolls forward"
+        yield say(driver, text), at_phase(world, driver, Phase.PHASE2)
+
+
+def _prepare_check(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    for message in driver.messages:
+        assert message.triple is not None
+        txn = describe(world.coordinator, message.triple.txn_id)
+        if txn is None or not txn.holds(message.triple) or txn.state is not TxnState.ONGOING:
+            yield _raise(world, driver, f"prepare check: {message.triple} not open", Status.FAILED)
+            return
+    yield say(driver, "prepare check passes"), at_phase(world, driver, Phase.DECIDE)
+
+
+def _decide(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    """Put-if-absent per batch, with no look at the owner records."""
+    parts = tuple(Participant(m.partition, m.triple) for m in driver.messages if m.triple)
+    existing = cl.decisions(world.log, KEYED).get(driver.batch)
+    if existing is None:
+        decision = Entry(Kind.DECISION, driver.number, batch=driver.batch, participants=parts)
+        text = f"puts {decision}: the commit point"
+        yield say(driver, text), at_phase(append_entry(world, decision), driver, Phase.PHASE2)
+    elif existing.participants == parts:
+        yield say(driver, "finds its own decision"), at_phase(world, driver, Phase.PHASE2)
+    elif existing.run > driver.number:
+        what = f"batch decided by run {existing.run}"
+        yield _superseded(world, config, driver, existing.run, what)
+    elif config.keyed_fixes:
+        world = abort_undecided(world, config, driver)
+        text = f"finds run {existing.run}'s decision: aborts its own strays, rolls it forward"
+        yield say(driver, text), at_phase(world, driver, Phase.PHASE2)
+    else:
+        yield _raise(world, driver, f"decision conflict with run {existing.run}", Status.FAILED)
+
+
+def _phase2(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    return roll_forward(world, config, driver, Phase.SWEEP_DESCRIBE)
+
+
+def _sweep_read(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    """The clean-up, after describing: read the log; abort nothing if a newer owner exists,
+    else what no incomplete decision holds and `may_abort` allows."""
+    newer = _newer(world, driver)
+    if newer is not None:
+        text = f"clean-up finds run {newer} newer: aborts nothing"
+        following = after_cleanup(driver)
+        yield say(driver, text), with_driver(world, driver._replace(seen=(), phase=following))
+        return
+    held = cl.held(world.log, KEYED)
+    mine = _run(driver)[1]
+    targets = tuple(
+        t
+        for t in driver.seen
+        if t not in held and cl.may_abort(world.log, cl.slot_of(t.txn_id), mine)
+    )
+    yield cleanup_planned(world, driver, targets)
+
+
+def _abort_take_over(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    """abort()'s streamWriter() finds this driver's run released: `take_over` records a new
+    run for it (no freshness check applies to a released run)."""
+    world, number, slot = _record_owner(world, config)
+    driver = driver._replace(abort_run=(number, slot), phase=Phase.ABORT_ROLL)
+    text = f"abort()'s streamWriter(): records owner(run {number}, slot {slot})"
+    yield say(driver, text), with_driver(world, driver)
+
+
+def _abort_roll(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    return roll_forward(world, config, driver, Phase.ABORT_CHECK)
+
+
+def _abort_check(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    newer = _newer(world, driver)
+    if newer is None:
+        yield (
+            say(driver, "abort()'s streamWriter(): owner"),
+            at_phase(world, driver, Phase.ABORT_TXNS),
+        )
+        return
+    text = f"abort()'s streamWriter(): run {newer} is newer: raises, nothing aborted"
+    assert driver.ending is not None
+    yield say(driver, text), stop_run(world, config, driver, driver.ending, driver.reason)
+
+
+def _abort_txns(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    """abort(): EndTxn(abort) by exact triple of its prepared transactions no decision holds;
+    the clean-up too if a task returned no message."""
+    world = abort_undecided(world, config, driver)
+    if any(m.status == "failed" for m in driver.messages):
+        text = "abort(): aborts its own undecided transactions; a task failed: clean-up"
+        yield say(driver, text), at_phase(world, driver, Phase.SWEEP_DESCRIBE)
+        return
+    text = "abort(): aborts its own undecided transactions; the query stops"
+    assert driver.ending is not None
+    yield say(driver, text), stop_run(world, config, driver, driver.ending, driver.reason)
+
+
+def _abort_done(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    assert driver.ending is not None
+    text = "abort() returns; the query stops"
+    yield say(driver, text), stop_run(world, config, driver, driver.ending, driver.reason)
+
+
+KEYED_PHASES: dict[Phase, PhaseSteps] = {
+    **PHASES,
+    Phase.OWN: _own,
+    Phase.START_ROLL: _start_roll,
+    Phase.START_CHECK: _start_check,
+    Phase.COMMIT_ROLL: _commit_roll,
+    Phase.COMMIT_CHECK: _commit_check,
+    Phase.DECIDED_CHECK: _decided_check,
+    Phase.PREPARE_CHECK: _prepare_check,
+    Phase.DECIDE: _decide,
+    Phase.PHASE2: _phase2,
+    Phase.SWEEP_READ: _sweep_read,
+    Phase.ABORT_TAKE_OVER: _abort_take_over,
+    Phase.ABORT_ROLL: _abort_roll,
+    Phase.ABORT_CHECK: _abort_check,
+    Phase.ABORT_TXNS: _abort_txns,
+    Phase.ABORT_DONE: _abort_done,
+}
+"""The driver's steps in `keyed`: the shared ones (tasks launched and collected, the clean-up's
+describe and aborts, Spark recording the batch) and the product's own."""
