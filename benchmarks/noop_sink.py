@@ -1,6 +1,6 @@
 """The floor of a Python streaming sink in Spark: a data source that writes nothing.
 
-    .venv/bin/python benchmarks/noop_sink.py [--python .venv-spark42/bin/python]
+    .venv/bin/python benchmarks/noop_sink.py [--python .venv-spark42/bin/python]  # needs a broker
 
 `format("noop_python")` consumes its rows and commits nothing (`noop_arrow`: the same with Arrow
 batches, PySpark 4.1+); beside Spark's built-in `format("noop")` on the same input, its per-batch
@@ -72,11 +72,13 @@ class NoopArrowSource(DataSource):
 
 
 def main() -> int:
+    """Each floor beside Spark's Kafka sink and kafka_txn, in one application, on one input."""
     import throughput as t
+    from bench_rows import make_data, produce_all
 
     from tests.e2e.harness import create_topics
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--rows", type=int, default=60)
     parser.add_argument("--per-batch", type=int, default=6)
@@ -84,27 +86,35 @@ def main() -> int:
     bootstrap = os.environ["KTS_KAFKA_BOOTSTRAP"]
     python = str(Path(options.python).absolute())
     env = t.testing.spark42_package_env() if python != sys.executable else {}
-    jars = t.jars_of(python, env)
-    topic = f"noop_in_{uuid.uuid4().hex[:8]}"
-    create_topics(bootstrap, 2, topic)
-    data = t.make_data("100b", options.rows, topic)
-    t.produce_all(bootstrap, topic, data)
-    work = Path(tempfile.mkdtemp())
-    bench = t.Bench(bootstrap, "", work, options.per_batch, 2, {"x": (python, jars, env)})
-    out = f"noop_out_{uuid.uuid4().hex[:8]}"
-    create_topics(bootstrap, 2, out)
-    sinks: list[tuple[str, str, dict[str, str]]] = [
-        ("noop (JVM)", "noop", {}),
-        ("noop_python", "noop_python", {}),
+    line = t.Line(
+        "4.2" if env else "4.0", python, ",".join(t.testing.spark_jars_of(python, env)), env
+    )
+    topic, out = f"noop_in_{uuid.uuid4().hex[:8]}", f"noop_out_{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, 2, topic, out)
+    produce_all(bootstrap, topic, make_data("100b", options.rows))
+    bench = t.Bench(bootstrap, "", "", Path(tempfile.mkdtemp()), {}, "null")
+    sinks: list[tuple[str, dict[str, str]]] = [("noop", {}), ("noop_python", {})]
+    if env:  # the 4.2 venv: its Arrow floor too
+        sinks.append(("noop_arrow", {}))
+    sinks.append(("kafka", {"kafka.bootstrap.servers": bootstrap, "topic": out}))
+    sinks.append(("kafka_txn", {**bench.txn_options(uuid.uuid4().hex[:8]), "topic": out}))
+    queries = [
+        {
+            "name": fmt,
+            "bootstrap": bootstrap,
+            "input": topic,
+            "per_batch": options.per_batch,
+            "variant": "100b",
+            "shape": "kafka",
+            "format": fmt,
+            "checkpoint": str(bench.work / f"ck_{fmt}"),
+            "options": opts,
+            "timeout_s": t.QUERY_TIMEOUT_S,
+        }
+        for fmt, opts in sinks
     ]
-    if python != sys.executable:  # the 4.2 venv: its Arrow floor too
-        sinks.append(("noop_arrow", "noop_arrow", {}))
-    for label, fmt, opts in [
-        *sinks,
-        ("kafka (built-in)", "kafka", {"kafka.bootstrap.servers": bootstrap, "topic": out}),
-        ("kafka_txn", "kafka_txn", {**bench.txn_options(uuid.uuid4().hex[:8]), "topic": out}),
-    ]:
-        bench.run("x", label, fmt, "kafka", data, opts)
+    for name, batches in t.run_app(line, queries).items():
+        print(f"{name:<12} {t.rows_per_s(batches):>10,.0f} rows/s {batches}")
     return 0
 
 

@@ -1,33 +1,38 @@
-"""kafka_txn beside Spark's own sinks and a raw producer: one run, one broker, the same rows.
+"""kafka_txn beside Spark's own sinks, on Spark 4.2 and 4.0, in one run: the benchmark matrix.
 
-    .venv/bin/python benchmarks/throughput.py                      # defaults: ~10-15 min here
-    .venv/bin/python benchmarks/throughput.py --rows 2000000       # the issue's full size
-    ci/setup_spark42.sh && .venv/bin/python benchmarks/throughput.py \
-        --spark42-python .venv-spark42/bin/python                  # + the Arrow path on 4.2
+    ci/setup_spark42.sh
+    .venv/bin/python benchmarks/throughput.py --spark42-python .venv-spark42/bin/python
+    .venv/bin/python benchmarks/throughput.py --spark42-python .venv-spark42/bin/python \
+        --rows 20000 --rounds 1 --memory-rows 2000 --commit-tasks 8     # every cell once
 
-Per variant (`100b`: a ~100-byte value with a short key; `log12`: a log-like JSON object of 12
-fields, parsed by the query into 12 columns), the input topic is preloaded once and read by every
-Spark writer with the same `maxOffsetsPerTrigger`:
+Every writer reads the same preloaded input with the Kafka source, in two shapes: `wide`, many
+partitions in one large batch (8 partitions, `--rows` in one batch), and `narrow`, few
+partitions in several batches (2 partitions, `--rows` in 4 batches); and two row variants
+(bench_rows.py): `100b` (~100-byte values) and `log12` (twelve typed fields). Writers:
 
-  (a) Spark's built-in Kafka sink, format("kafka") (at-least-once)
-  (b) kafka_txn records mode
-  (c) kafka_txn files mode to a local directory (Avro, no compression, no partitioning)
-  (d) Spark's format("avro") file sink to a local directory (the same columns)
-  (c3) kafka_txn files mode to the S3 server (moto, or KTS_S3_ENDPOINT)
-  (e) a raw confluent-kafka produce loop of the same keys and values, no Spark
-  (f) the floor of any Python sink: a Python data source that writes nothing (noop_sink.py)
-  (cp), (dp): log12 only, (c) and (d) partitioned by service and level (16 directories)
+  kafka       Spark's format("kafka") (at-least-once)         both variants
+  records     kafka_txn records mode                          both variants
+  floor       a Python sink that writes nothing (noop_sink)   both variants
+  avro        Spark's format("avro"), local                   log12
+  avro_p      the same, partitioned by service, level (16)    log12
+  files       kafka_txn files mode, local                     log12
+  files_p     the same, partitioned like avro_p               log12
+  files_s3    kafka_txn files mode on the S3 server (moto)    log12
+  files_s3_p  the same, partitioned                           log12
+  payload     kafka_txn files, the JSON value as payload      log12
 
-Kafka writers share one set of producer settings (printed). Spark's rate is rows over the sum of
-the batches' `triggerExecution`, without the first batch (it also starts the JVM's Kafka
-consumers and, for Python sinks, the Python workers; the all-batch rate is printed too). MB/s is
-of the input rows (key + value bytes as read from Kafka). Memory: peak RSS (VmHWM) of the
-executor Python worker that ran one partition of `--memory-rows` rows and of 16 times that,
-each in a fresh Spark application, records mode and files mode. Last, the driver's commit
-overhead per batch (benchmarks/commit_overhead.py) for 8, 32 and 128 tasks.
-
-With --spark42-python, (a), (b) and (c) run again on PySpark 4.2 (SPARK42_VERSION), where
-kafka_txn takes Arrow batches (DataSourceStreamArrowWriter); on the test bed's 4.0.0 it takes rows.
+All run on PySpark 4.2 (`--spark42-python`; kafka_txn takes Arrow batches) and, beside it, the
+row path of this venv's PySpark 4.0 (LINE40_WRITERS). One Spark application per line and round
+runs every query of that round in turn; the order of the writers rotates from round to round.
+A query's rate is its rows over its batches' `triggerExecution`, without its first batch when
+it has several; a writer's figure is the median over the rounds after the first (the first warms
+up the JVM and the Python workers; with one round, that round), with the spread (min-max).
+Ratios are taken round by round (writers of the same round), then the same median and spread.
+Then the peak RSS of the executor Python worker that wrote one partition of `--memory-rows` and
+of 16 times that (fresh applications, records and files mode, per line), and the driver's commit
+overhead (commit_overhead.py). Every Kafka writer runs with its client's defaults unless
+`--shared-producer` gives all of them the same batching settings (SHARED_PRODUCER); Avro files
+are uncompressed on both sides unless `--avro-codec` names another codec for both.
 """
 
 from __future__ import annotations
@@ -35,484 +40,414 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 import commit_overhead
-from confluent_kafka import Producer
+from bench_report import Rates, memory_table, rate_table, ratio_table
+from bench_rows import LOG12_DDL, PARTITION_BY, VARIANTS, Data, make_data, produce_all
 
 from kafka_txn_sink import testing
 from tests.e2e.harness import create_topics
 
-ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = Path(__file__).resolve().parent
+SHARED_PRODUCER = {"linger.ms": "20", "batch.size": "1000000", "compression.type": "none"}
+SHAPES = {"wide": (8, 1), "narrow": (2, 4)}  # shape -> (partitions, batches)
+QUERY_TIMEOUT_S = 1800
+# kafka_txn's avroCodec -> Spark's Avro `compression` (Spark's default, snappy, is not ours: null)
+AVRO_CODECS = {"null": "uncompressed", "snappy": "snappy", "deflate": "deflate"}
 
-# The same for every Kafka writer; acks=all and idempotence on (kafka_txn owns both).
-PRODUCER = {"linger.ms": "20", "batch.size": "1000000", "compression.type": "none"}
-LOG12_DDL = (
-    "ts TIMESTAMP, user STRING, level STRING, service STRING, host STRING, message STRING, "
-    "status INT, latency_ms DOUBLE, bytes BIGINT, trace_id STRING, path STRING, user_agent STRING"
-)
-LEVELS = ["DEBUG", "INFO", "INFO", "INFO", "WARN", "ERROR"]
-PARTITION_BY = ("service", "level")  # (cp) and (dp): 4 x 4 = 16 directories
 
-SPARK_JOB = r"""
-import json, sys
-args = json.loads(sys.argv[1])
-from pyspark.sql import SparkSession
-from pyspark.sql.functions import col, from_json
-spark = (SparkSession.builder.master("local[2]").config("spark.jars", args["jars"])
-         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-         .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-spark.sparkContext.setLogLevel("ERROR")
-if args["format"] == "kafka_txn_measured":
-    from bench_source import MeasuredKafkaTxn
-    spark.dataSource.register(MeasuredKafkaTxn)
-if args["format"] == "noop_python":
-    from noop_sink import NoopSource
-    spark.dataSource.register(NoopSource)
-if args["format"] == "noop_arrow":
-    from noop_sink import NoopArrowSource
-    spark.dataSource.register(NoopArrowSource)
-df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", args["bootstrap"])
-      .option("subscribe", args["input"]).option("startingOffsets", "earliest")
-      .option("maxOffsetsPerTrigger", args["per_batch"]).load())
-if args["variant"] == "log12":
-    rows = df.select(from_json(col("value").cast("string"), args["ddl"]).alias("r")).select("r.*")
-    if args["shape"] == "kafka":
-        rows = rows.selectExpr("CAST(user AS STRING) AS key", "to_json(struct(*)) AS value")
-else:
-    rows = df.selectExpr("key", "value")
-writer = rows.writeStream.format(args["format"]).option("checkpointLocation", args["checkpoint"])
-if args.get("partition_by") and args["format"] == "avro":
-    writer = writer.partitionBy(*args["partition_by"])
-for key, value in args["options"].items():
-    writer = writer.option(key, value)
-query = writer.trigger(availableNow=True).start()
-query.awaitTermination()
-batches = [(p["numInputRows"], p["durationMs"]["triggerExecution"]) for p in query.recentProgress]
-print(json.dumps({"batches": batches, "spark": spark.version}))
-"""
+@dataclass(frozen=True)
+class Writer:
+    """One writer of the matrix: how its query is shaped and what it writes to."""
+
+    label: str
+    format: str  # "" for the floor, whose format depends on the line
+    shape: str  # bench_job's row shape: kafka, files or payload
+    variants: tuple[str, ...] = VARIANTS
+    partitioned: bool = False
+    s3: bool = False
+
+
+LOG12 = ("log12",)
+WRITERS = {
+    "kafka": Writer("Spark format('kafka')", "kafka", "kafka"),
+    "records": Writer("kafka_txn records", "kafka_txn", "kafka"),
+    "floor": Writer("a Python sink writing nothing", "", "kafka"),
+    "avro": Writer("Spark format('avro')", "avro", "files", LOG12),
+    "avro_p": Writer("Spark format('avro'), 16 partitions", "avro", "files", LOG12, True),
+    "files": Writer("kafka_txn files, local", "kafka_txn", "files", LOG12),
+    "files_p": Writer("kafka_txn files, local, 16 partitions", "kafka_txn", "files", LOG12, True),
+    "files_s3": Writer("kafka_txn files, S3", "kafka_txn", "files", LOG12, s3=True),
+    "files_s3_p": Writer(
+        "kafka_txn files, S3, 16 partitions", "kafka_txn", "files", LOG12, True, True
+    ),
+    "payload": Writer("kafka_txn files, JSON payload", "kafka_txn", "payload", LOG12),
+}
+LINE40_WRITERS = ("kafka", "records", "floor", "avro", "avro_p", "files", "files_p")
+FLOORS = {"4.0": "noop_python", "4.2": "noop_arrow"}  # 4.0 gives Python sinks rows, 4.2 Arrow
+
+
+@dataclass(frozen=True)
+class Line:
+    """A Spark line: its tag, interpreter, jars and the environment that resolved them."""
+
+    tag: str
+    python: str
+    jars: str
+    env: dict[str, str]
 
 
 @dataclass
-class Data:
+class Cell:
+    """One input of the matrix: a row variant in a shape, preloaded into its own topic."""
+
     variant: str
+    shape: str
     topic: str
-    keys: list[bytes]
-    values: list[bytes]
+    partitions: int
+    per_batch: int
+    bytes_per_row: float
+    raw_rows_per_s: float
 
     @property
-    def bytes_per_row(self) -> float:
-        return sum(len(k) + len(v) for k, v in zip(self.keys, self.values, strict=True)) / len(
-            self.keys
-        )
-
-
-@dataclass
-class Result:
-    label: str
-    rows_per_s: float
-    all_rows_per_s: float
-    mb_per_s: float
-    batches: list[tuple[int, int]]
-    spark: str = ""
-
-
-def make_data(variant: str, rows: int, topic: str, seed: int = 7) -> Data:
-    rnd = random.Random(seed)
-    keys = [str(i).encode() for i in range(rows)]
-    if variant == "100b":
-        values = [(f"{i:012d}-" + "v" * 100)[:100].encode() for i in range(rows)]
-    else:
-        start = 1_795_000_000
-        values = [
-            json.dumps(
-                {
-                    "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start + i)),
-                    "user": f"user{rnd.randrange(1000):05d}",
-                    "level": rnd.choice(LEVELS),
-                    "service": rnd.choice(["api", "auth", "billing", "search"]),
-                    "host": f"host-{rnd.randrange(20):02d}.example.internal",
-                    "message": f"request {i} handled with result {rnd.randrange(1000)}",
-                    "status": rnd.choice([200, 200, 200, 201, 404, 500]),
-                    "latency_ms": round(rnd.uniform(0.1, 900.0), 3),
-                    "bytes": rnd.randrange(100, 100_000),
-                    "trace_id": f"{rnd.getrandbits(64):016x}",
-                    "path": f"/v1/items/{rnd.randrange(10_000)}",
-                    "user_agent": "Mozilla/5.0 (X11; Linux x86_64) bench/1.0",
-                },
-                separators=(",", ":"),
-            ).encode()
-            for i in range(rows)
-        ]
-    return Data(variant, topic, keys, values)
-
-
-def produce_all(bootstrap: str, topic: str, data: Data) -> float:
-    """The raw loop (e): rows/s of produce + flush with the shared settings."""
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", **PRODUCER}
-    )
-    produce, poll = producer.produce, producer.poll
-    started = time.perf_counter()
-    for key, value in zip(data.keys, data.values, strict=True):
-        while True:
-            try:
-                produce(topic, value, key)
-                break
-            except BufferError:
-                poll(0.01)
-    producer.flush(300)
-    return len(data.keys) / (time.perf_counter() - started)
-
-
-def spark_run(
-    python: str, jars: str, env_extra: dict[str, str], args: dict[str, Any]
-) -> tuple[list[tuple[int, int]], str]:
-    env = {
-        **os.environ,
-        **env_extra,
-        "PYSPARK_PYTHON": python,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYTHONPATH": str(ROOT / "benchmarks"),
-    }
-    done = subprocess.run(
-        [python, "-c", SPARK_JOB, json.dumps({**args, "jars": jars, "ddl": LOG12_DDL})],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=3600,
-        check=False,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{args['format']} run failed:\n{done.stderr[-4000:]}")
-    body = json.loads(lines[-1])
-    return [tuple(b) for b in body["batches"] if b[0] > 0], body["spark"]  # type: ignore[misc]
-
-
-def rate(label: str, batches: list[tuple[int, int]], data: Data, spark: str) -> Result:
-    steady = batches[1:] or batches
-    rows_per_s = sum(b[0] for b in steady) / (sum(b[1] for b in steady) / 1000)
-    all_rate = sum(b[0] for b in batches) / (sum(b[1] for b in batches) / 1000)
-    return Result(
-        label, rows_per_s, all_rate, rows_per_s * data.bytes_per_row / 1e6, batches, spark
-    )
-
-
-def jars_of(python: str, env: dict[str, str]) -> str:
-    """The ``--jars`` value of the Spark line of interpreter ``python``."""
-    return ",".join(testing.spark_jars_of(python, env))
+    def key(self) -> str:
+        """`variant shape`, the cell's column in the tables."""
+        return f"{self.variant} {self.shape}"
 
 
 @dataclass
 class Bench:
+    """The broker, S3 bucket and scratch directory every query of the run shares."""
+
     bootstrap: str
     s3_endpoint: str
+    bucket: str
     work: Path
-    per_batch: int
-    partitions: int
-    pythons: dict[str, tuple[str, str, dict[str, str]]]  # tag -> (python, jars, env)
+    producer: dict[str, str]
+    codec: str
+    topics: dict[str, str] = field(default_factory=dict)
 
-    def kafka_options(self) -> dict[str, str]:
-        return {"kafka.bootstrap.servers": self.bootstrap}
+    def topic(self, name: str, partitions: int) -> str:
+        """The output topic `name` of `partitions` partitions, created on first use."""
+        if name not in self.topics:
+            self.topics[name] = f"bench_{name}_{uuid.uuid4().hex[:8]}".replace(" ", "_")
+            create_topics(self.bootstrap, partitions, self.topics[name])
+        return self.topics[name]
 
     def txn_options(self, name: str) -> dict[str, str]:
+        """kafka_txn's options for a fresh sink `name`, common to both modes."""
         return {
-            **self.kafka_options(),
+            "kafka.bootstrap.servers": self.bootstrap,
             "sinkId": f"bench_{name}",
             "commitLog": str(self.work / f"log_{name}"),
-            **{f"kafka.{k}": v for k, v in PRODUCER.items()},
+            **{f"kafka.{k}": v for k, v in self.producer.items()},
         }
 
-    def run(
-        self,
-        tag: str,
-        label: str,
-        fmt: str,
-        shape: str,
-        data: Data,
-        options: dict[str, str],
-        partition_by: tuple[str, ...] = (),
-    ) -> Result:
-        python, jars, env = self.pythons[tag]
-        name = f"{label}_{tag}_{data.variant}_{uuid.uuid4().hex[:6]}".replace(".", "_")
-        batches, spark = spark_run(
-            python,
-            jars,
-            env,
-            {
-                "bootstrap": self.bootstrap,
-                "input": data.topic,
-                "per_batch": self.per_batch,
-                "format": fmt,
-                "shape": shape,
-                "variant": data.variant,
-                "checkpoint": str(self.work / f"ck_{name}"),
-                "options": options,
-                "partition_by": list(partition_by),
-            },
-        )
-        result = rate(f"{label} ({tag})" if tag != "4.0" else label, batches, data, spark)
-        print(
-            f"  {result.label:<34} {result.rows_per_s:>10,.0f} rows/s  "
-            f"(all batches {result.all_rows_per_s:,.0f}) {batches}",
-            flush=True,
-        )
-        return result
+    def options(self, key: str, cell: Cell, run: str, line: str) -> dict[str, str]:
+        """The writer options of writer `key` in `cell`; `run` names this one query."""
+        writer = WRITERS[key]
+        out = f"{line} {cell.key} {key}"
+        if key == "kafka":
+            topic = self.topic(out, cell.partitions)
+            producer = {f"kafka.{k}": v for k, v in self.producer.items()}
+            return {"kafka.bootstrap.servers": self.bootstrap, "topic": topic, **producer}
+        if key == "records":
+            return {**self.txn_options(run), "topic": self.topic(out, cell.partitions)}
+        if writer.format == "avro":
+            return {"path": str(self.work / f"out_{run}"), "compression": AVRO_CODECS[self.codec]}
+        if writer.format != "kafka_txn":
+            return {}
+        options = {
+            **self.txn_options(run),
+            "referencesTopic": self.topic(out, cell.partitions),
+            "avroCodec": self.codec,
+        }
+        if writer.s3:
+            options.update(testing.sink_s3_options(self.s3_endpoint))
+            options["path"] = f"s3://{self.bucket}/{run}"
+        else:
+            options["path"] = str(self.work / f"out_{run}")
+        if writer.partitioned:
+            options["partitionBy"] = ",".join(PARTITION_BY)
+        if writer.shape == "payload":
+            options["payloadColumn"] = "payload"
+        return options
 
-    def variant(self, data: Data, s3_bucket: str) -> dict[str, Result]:
-        results: dict[str, Result] = {}
-        for tag in self.pythons:
-            out = {k: f"bench_{k}_{uuid.uuid4().hex[:8]}" for k in ("a", "b", "refs")}
-            create_topics(self.bootstrap, self.partitions, *out.values())
-            suffix = "" if tag == "4.0" else f" {tag}"
-            results["a" + suffix] = self.run(
-                tag,
-                "(a) Spark format('kafka')",
-                "kafka",
-                "kafka",
-                data,
-                {
-                    **self.kafka_options(),
-                    "topic": out["a"],
-                    "kafka.acks": "all",
-                    "kafka.enable.idempotence": "true",
-                    **{f"kafka.{k}": v for k, v in PRODUCER.items()},
-                },
-            )
-            name = uuid.uuid4().hex[:8]
-            results["b" + suffix] = self.run(
-                tag,
-                "(b) kafka_txn records",
-                "kafka_txn",
-                "kafka",
-                data,
-                {**self.txn_options("b" + name), "topic": out["b"]},
-            )
-            files = {"referencesTopic": out["refs"]}
-            results["c" + suffix] = self.run(
-                tag,
-                "(c) kafka_txn files, local",
-                "kafka_txn",
-                "files",
-                data,
-                {**self.txn_options("c" + name), **files, "path": str(self.work / f"c_{name}")},
-            )
-            if data.variant == "log12":
-                results["cp" + suffix] = self.run(
-                    tag,
-                    "(cp) kafka_txn files, partitioned",
-                    "kafka_txn",
-                    "files",
-                    data,
-                    {
-                        **self.txn_options("cp" + name),
-                        **files,
-                        "path": str(self.work / f"cp_{name}"),
-                        "partitionBy": ",".join(PARTITION_BY),
-                    },
-                )
-            floor = "noop_python" if tag == "4.0" else "noop_arrow"
-            results["f" + suffix] = self.run(tag, f"(f) floor: {floor}", floor, "kafka", data, {})
-            if tag != "4.0":
-                continue
-            results["d"] = self.run(
-                tag,
-                "(d) Spark format('avro'), local",
-                "avro",
-                "files",
-                data,
-                {"path": str(self.work / f"d_{name}")},
-            )
-            if data.variant == "log12":
-                results["dp"] = self.run(
-                    tag,
-                    "(dp) Spark format('avro'), partitioned",
-                    "avro",
-                    "files",
-                    data,
-                    {"path": str(self.work / f"dp_{name}")},
-                    partition_by=PARTITION_BY,
-                )
-            results["c3"] = self.run(
-                tag,
-                "(c3) kafka_txn files, S3 (moto)",
-                "kafka_txn",
-                "files",
-                data,
-                {
-                    **self.txn_options("c3" + name),
-                    **files,
-                    "path": f"s3://{s3_bucket}/{name}",
-                    "s3.endpoint": self.s3_endpoint,
-                    "s3.region": "us-east-1",
-                    "s3.accessKeyId": "testing",
-                    "s3.secretAccessKey": "testing",
-                },
-            )
-        return results
+    def query(self, key: str, cell: Cell, line: str, round_no: int) -> dict[str, Any]:
+        """bench_job's description of writer `key` on `cell` in round `round_no`."""
+        writer = WRITERS[key]
+        run = f"{key}_{line}_{cell.variant}_{cell.shape}_r{round_no}_{uuid.uuid4().hex[:6]}"
+        run = run.replace(".", "")
+        spark_partitions = writer.partitioned and writer.format == "avro"  # kafka_txn: an option
+        return {
+            "name": f"{line}|{cell.key}|{key}",
+            "bootstrap": self.bootstrap,
+            "input": cell.topic,
+            "per_batch": cell.per_batch,
+            "variant": cell.variant,
+            "shape": writer.shape,
+            "ddl": LOG12_DDL,
+            "format": writer.format or FLOORS[line],
+            "checkpoint": str(self.work / f"ck_{run}"),
+            "options": self.options(key, cell, run, line),
+            "partition_by": list(PARTITION_BY) if spark_partitions else [],
+            "timeout_s": QUERY_TIMEOUT_S,
+        }
 
-    def memory(self, base_rows: int, tag: str) -> dict[str, dict[int, int]]:
-        """Peak RSS (KiB) of the worker that wrote one partition of 1x and 16x base_rows."""
-        peaks: dict[str, dict[int, int]] = {"records": {}, "files": {}}
-        python, jars, env = self.pythons[tag]
-        for factor in (1, 16):
-            rows = base_rows * factor
-            topic = f"bench_mem_{uuid.uuid4().hex[:8]}"
-            create_topics(self.bootstrap, 1, topic)
-            data = make_data("100b", rows, topic)
-            produce_all(self.bootstrap, topic, data)
-            del data
-            for mode in ("records", "files"):
-                out = f"bench_memout_{uuid.uuid4().hex[:8]}"
-                refs = f"bench_memrefs_{uuid.uuid4().hex[:8]}"
-                create_topics(self.bootstrap, 1, out, refs)
-                name = f"m{mode}{factor}_{uuid.uuid4().hex[:6]}"
-                options = {**self.txn_options(name), "transactionTimeoutMs": "600000"}
-                if mode == "records":
-                    options["topic"] = out
-                else:
-                    options.update(
-                        {"referencesTopic": refs, "path": str(self.work / f"mem_{name}")}
-                    )
-                rss_file = self.work / f"rss_{name}.jsonl"
-                spark_run(
-                    python,
-                    jars,
-                    {**env, "KTS_BENCH_RSS_FILE": str(rss_file)},
-                    {
-                        "bootstrap": self.bootstrap,
-                        "input": topic,
-                        "per_batch": rows,
-                        "format": "kafka_txn_measured",
-                        "shape": "kafka" if mode == "records" else "files",
-                        "variant": "100b",
-                        "checkpoint": str(self.work / f"ck_{name}"),
-                        "options": options,
-                    },
+
+def run_app(
+    line: Line, queries: list[dict[str, Any]], env: dict[str, str] | None = None
+) -> dict[str, list[list[int]]]:
+    """Run `queries` in one Spark application of `line`; each query's batches by its name."""
+    full_env = {
+        **os.environ,
+        **line.env,
+        **(env or {}),
+        "PYSPARK_PYTHON": line.python,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYTHONPATH": str(BENCHMARKS),
+    }
+    done = subprocess.run(
+        [
+            line.python,
+            str(BENCHMARKS / "bench_job.py"),
+            json.dumps({"jars": line.jars, "queries": queries}),
+        ],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=600 + QUERY_TIMEOUT_S * len(queries),
+        check=False,
+    )
+    found = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+    if done.returncode != 0 or len(found) != len(queries):
+        raise RuntimeError(f"Spark {line.tag} application failed:\n{done.stderr[-4000:]}")
+    return {body["name"]: body["batches"] for body in found}
+
+
+def rows_per_s(batches: list[list[int]]) -> float:
+    """Rows over the batches' triggerExecution, without the first of several batches."""
+    steady = batches[1:] or batches
+    millis = sum(b[1] for b in steady)
+    return sum(b[0] for b in steady) / (millis / 1000) if millis else 0.0
+
+
+def rotated(keys: list[str], round_no: int) -> list[str]:
+    """`keys` rotated by `round_no`: each round starts with another writer."""
+    shift = round_no % len(keys) if keys else 0
+    return keys[shift:] + keys[:shift]
+
+
+def preload(bench: Bench, variants: list[str], shapes: list[str], rows: int) -> list[Cell]:
+    """One input topic per variant and shape, loaded with the same rows."""
+    cells = []
+    for variant in variants:
+        data: Data = make_data(variant, rows)
+        for shape in shapes:
+            partitions, batches = SHAPES[shape]
+            topic = f"bench_in_{variant}_{shape}_{uuid.uuid4().hex[:8]}"
+            create_topics(bench.bootstrap, partitions, topic)
+            raw = produce_all(bench.bootstrap, topic, data)
+            # Spark shares maxOffsetsPerTrigger among partitions rounding down: the slack keeps
+            # the remainder out of a tiny extra batch.
+            per_batch = -(-rows // batches) + partitions
+            cells.append(
+                Cell(variant, shape, topic, partitions, per_batch, data.bytes_per_row, raw)
+            )
+            print(
+                f"input {variant} {shape}: {rows:,} rows, {data.bytes_per_row:.0f} B/row, "
+                f"{partitions} partitions, {batches} batch(es); raw producer {raw:,.0f} rows/s",
+                flush=True,
+            )
+    return cells
+
+
+def run_rounds(
+    bench: Bench, lines: list[Line], cells: list[Cell], writers: list[str], rounds: int
+) -> Rates:
+    """Every round: one application per line running each writer on each cell, in turn."""
+    rates: Rates = {}
+    for round_no in range(rounds):
+        for line in lines:
+            keys = [k for k in rotated(writers, round_no) if runs_on(k, line.tag)]
+            queries = [
+                bench.query(k, cell, line.tag, round_no)
+                for cell in cells
+                for k in keys
+                if cell.variant in WRITERS[k].variants
+            ]
+            started = time.monotonic()
+            for name, batches in run_app(line, queries).items():
+                line_tag, cell_key, key = name.split("|")
+                rates.setdefault((line_tag, cell_key, key), []).append(rows_per_s(batches))
+                print(
+                    f"  round {round_no} {name:<36} {rows_per_s(batches):>10,.0f} rows/s {batches}",
+                    flush=True,
                 )
-                found = [json.loads(line) for line in rss_file.read_text().splitlines()]
-                peaks[mode][rows] = max(r["peak_rss_kb"] for r in found if r["rows"] > 0)
-                print(f"  memory {mode} {rows} rows: {found}", flush=True)
-        return peaks
+            print(
+                f"round {round_no}, Spark {line.tag}: {len(queries)} queries in "
+                f"{time.monotonic() - started:.0f} s",
+                flush=True,
+            )
+    return rates
+
+
+def runs_on(key: str, tag: str) -> bool:
+    """Whether writer `key` runs on the Spark line `tag`."""
+    return tag != "4.0" or key in LINE40_WRITERS
+
+
+def memory(bench: Bench, line: Line, base_rows: int) -> dict[str, dict[int, int]]:
+    """Peak RSS (KiB) of the worker that wrote one partition of 1x and 16x base_rows."""
+    peaks: dict[str, dict[int, int]] = {"records": {}, "files": {}}
+    for factor in (1, 16):
+        rows = base_rows * factor
+        topic = f"bench_mem_{uuid.uuid4().hex[:8]}"
+        create_topics(bench.bootstrap, 1, topic)
+        produce_all(bench.bootstrap, topic, make_data("100b", rows))
+        cell = Cell("100b", "memory", topic, 1, rows, 0.0, 0.0)
+        for mode in peaks:
+            peaks[mode][rows] = memory_peak(bench, line, cell, mode, factor)
+    return peaks
+
+
+def memory_peak(bench: Bench, line: Line, cell: Cell, mode: str, factor: int) -> int:
+    """Peak RSS (KiB) of the task that wrote `cell` in `mode`, in a fresh application."""
+    name = f"m{mode}{factor}_{line.tag}_{uuid.uuid4().hex[:6]}".replace(".", "")
+    options = {**bench.txn_options(name), "transactionTimeoutMs": "600000"}
+    out = bench.topic(f"mem {name}", 1)
+    if mode == "records":
+        options["topic"] = out
+    else:
+        options.update({"referencesTopic": out, "path": str(bench.work / f"mem_{name}")})
+    query = {
+        "name": name,
+        "bootstrap": bench.bootstrap,
+        "input": cell.topic,
+        "per_batch": cell.per_batch,
+        "variant": "100b",
+        "shape": "kafka" if mode == "records" else "files",
+        "ddl": LOG12_DDL,
+        "format": "kafka_txn_measured",
+        "checkpoint": str(bench.work / f"ck_{name}"),
+        "options": options,
+        "timeout_s": QUERY_TIMEOUT_S,
+    }
+    rss_file = bench.work / f"rss_{name}.jsonl"
+    run_app(line, [query], {"KTS_BENCH_RSS_FILE": str(rss_file)})
+    found = [json.loads(x) for x in rss_file.read_text().splitlines()]
+    print(f"  memory {line.tag} {mode} {cell.per_batch:,} rows: {found}", flush=True)
+    return max(r["peak_rss_kb"] for r in found if r["rows"] > 0)
+
+
+def parse_args() -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows per input")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--writers", default=",".join(WRITERS), help="of " + ",".join(WRITERS))
+    parser.add_argument("--spark42-python", default="", help="e.g. .venv-spark42/bin/python")
+    parser.add_argument("--no-spark40", action="store_true", help="leave out the 4.0 row path")
+    parser.add_argument("--memory-rows", type=int, default=25_000, help="0: skip memory")
+    parser.add_argument("--commit-tasks", default="8,32,128", help="'': skip commit overhead")
+    parser.add_argument("--avro-codec", default="null", choices=sorted(AVRO_CODECS))
+    parser.add_argument(
+        "--shared-producer", action="store_true", help=f"every Kafka writer: {SHARED_PRODUCER}"
+    )
+    return parser.parse_args()
+
+
+def spark_lines(options: argparse.Namespace) -> list[Line]:
+    """The Spark lines to measure: 4.2 first when given, then this venv's 4.0."""
+    lines = []
+    if options.spark42_python:
+        python42 = str(Path(options.spark42_python).absolute())
+        env42 = testing.spark42_package_env()
+        lines.append(Line("4.2", python42, ",".join(testing.spark_jars_of(python42, env42)), env42))
+    if not options.no_spark40:
+        jars = ",".join(testing.spark_jars_of(sys.executable, {}))
+        lines.append(Line("4.0", sys.executable, jars, {}))
+    if not lines:
+        raise SystemExit("nothing to run: give --spark42-python or drop --no-spark40")
+    return lines
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=150_000, help="rows per variant")
-    parser.add_argument("--per-batch", type=int, default=50_000, help="maxOffsetsPerTrigger")
-    parser.add_argument("--partitions", type=int, default=2, help="of every topic (= tasks)")
-    parser.add_argument("--variants", default="100b,log12")
-    parser.add_argument("--memory-rows", type=int, default=25_000, help="0: skip memory")
-    parser.add_argument("--spark42-python", default="", help="e.g. .venv-spark42/bin/python")
-    parser.add_argument(
-        "--commit-tasks", default="8,32,128", help="driver commit overhead at these task counts"
-    )
-    options = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    """Start (or reach) a broker and an S3 server, run the matrix, print its tables."""
+    options = parse_args()
+    with tempfile.TemporaryDirectory(prefix="kts-bench-") as tmp:
         work = Path(tmp)
         with testing.kafka_bootstrap(work) as bootstrap, testing.s3_endpoint(work) as s3:
             return run(options, work, bootstrap, s3)
 
 
 def run(options: argparse.Namespace, work: Path, bootstrap: str, s3: str) -> int:
+    """The whole run: inputs, rounds, memory, commit overhead, then the tables."""
     began = time.monotonic()
-    pythons = {"4.0": (sys.executable, jars_of(sys.executable, {}), {})}
-    if options.spark42_python:
-        python42 = str(Path(options.spark42_python).absolute())
-        env42 = testing.spark42_package_env()
-        pythons["4.2"] = (python42, jars_of(python42, env42), env42)
-    bucket = f"bench-{uuid.uuid4().hex[:10]}"
-    boto3.client(
-        "s3",
-        endpoint_url=s3,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    ).create_bucket(Bucket=bucket)
-    bench = Bench(bootstrap, s3, work, options.per_batch, options.partitions, pythons)
-    tables = []
-    for variant in options.variants.split(","):
-        topic = f"bench_in_{variant}_{uuid.uuid4().hex[:8]}"
-        create_topics(bootstrap, options.partitions, topic)
-        data = make_data(variant, options.rows, topic)
-        produce_all(bootstrap, topic, data)
-        print(f"variant {variant}: {options.rows} rows, {data.bytes_per_row:.0f} B/row", flush=True)
-        results = bench.variant(data, bucket)
-        raw_topic = f"bench_raw_{uuid.uuid4().hex[:8]}"
-        create_topics(bootstrap, options.partitions, raw_topic)
-        raw = produce_all(bootstrap, raw_topic, data)
-        results["e"] = Result(
-            "(e) raw confluent-kafka", raw, raw, raw * data.bytes_per_row / 1e6, []
-        )
-        print(f"  (e) raw confluent-kafka {raw:>10,.0f} rows/s", flush=True)
-        tables.append(table(variant, data, results))
-    memory = {}
-    if options.memory_rows:
-        for tag in pythons:
-            memory[tag] = bench.memory(options.memory_rows, tag)
+    lines = spark_lines(options)
+    producer = SHARED_PRODUCER if options.shared_producer else {}
+    bucket = testing.create_bucket(s3)
+    bench = Bench(bootstrap, s3, bucket, work, dict(producer), options.avro_codec)
+    writers = [w for w in options.writers.split(",") if w]
+    unknown = set(writers) - set(WRITERS)
+    if unknown:
+        raise SystemExit(f"unknown writers {sorted(unknown)}; known: {', '.join(WRITERS)}")
+    cells = preload(bench, options.variants.split(","), options.shapes.split(","), options.rows)
+    rates = run_rounds(bench, lines, cells, writers, options.rounds)
+    measured = lines if options.memory_rows else []
+    memories = {line.tag: memory(bench, line, options.memory_rows) for line in measured}
     commits = [
         commit_overhead.measure(bootstrap, work, n, commit_overhead.DEFAULT_ROUNDS.get(n, 20))
         for n in (int(t) for t in options.commit_tasks.split(",") if t)
     ]
-    print()
-    print(
-        f"rows={options.rows} per variant, maxOffsetsPerTrigger={options.per_batch}, "
-        f"{options.partitions} partitions per topic (= Spark tasks), local[2], "
-        f"{os.cpu_count()} CPUs; producer settings for every Kafka writer: {PRODUCER}, "
-        f"acks=all, enable.idempotence=true; files: Avro, no compression, "
-        f"unpartitioned except (cp) and (dp): {', '.join(PARTITION_BY)}"
-    )
-    for lines in tables:
-        print("\n".join(lines))
-    for tag, peaks in memory.items():
-        print(f"\nexecutor Python worker peak RSS, one partition, PySpark {tag}:")
-        print("| mode | rows 1x | peak RSS 1x | rows 16x | peak RSS 16x | 16x / 1x |")
-        print("|---|---|---|---|---|---|")
-        for mode, by_rows in peaks.items():
-            (r1, p1), (r16, p16) = sorted(by_rows.items())
-            print(
-                f"| {mode} | {r1:,} | {p1 / 1024:.0f} MiB | {r16:,} | {p16 / 1024:.0f} MiB "
-                f"| {p16 / p1:.2f} |"
-            )
+    print("\n".join(report(options, lines, cells, writers, rates)))
+    for tag, peaks in memories.items():
+        print("\n".join(memory_table(tag, peaks)))
     if commits:
         print("\n" + commit_overhead.report(commits))
     print(f"\nwall time {time.monotonic() - began:.0f} s")
     return 0
 
 
-def table(variant: str, data: Data, results: dict[str, Result]) -> list[str]:
-    lines = [
-        f"\nvariant {variant} ({data.bytes_per_row:.0f} B/row of key + value):",
-        "| writer | Spark | rows/s | MB/s | rows/s incl. first batch |",
-        "|---|---|---|---|---|",
+def report(
+    options: argparse.Namespace,
+    lines: list[Line],
+    cells: list[Cell],
+    writers: list[str],
+    rates: Rates,
+) -> list[str]:
+    """The settings, the rate table and the ratio table."""
+    inputs = "; ".join(
+        f"{c.key}: {c.partitions} partitions, {c.per_batch:,} rows a batch, "
+        f"{c.bytes_per_row:.0f} B/row, raw producer {c.raw_rows_per_s:,.0f} rows/s"
+        for c in cells
+    )
+    rounds = f"median of rounds 2-{options.rounds}" if options.rounds > 1 else "no warm-up round"
+    tags, keys = [line.tag for line in lines], [cell.key for cell in cells]
+    return [
+        "",
+        f"{options.rows:,} rows per input, {options.rounds} round(s), {rounds} (min-max); "
+        f"local[2], {os.cpu_count()} CPUs; producers: "
+        f"{'shared ' + json.dumps(SHARED_PRODUCER) if options.shared_producer else 'defaults'}; "
+        f"Avro codec {options.avro_codec}; partitioned: {', '.join(PARTITION_BY)}",
+        f"inputs: {inputs}",
+        "",
+        "rows/s:",
+        *rate_table(rates, tags, keys, {k: WRITERS[k].label for k in writers}),
+        "",
+        "ratios (round by round, median (min-max)):",
+        *ratio_table(rates, tags, keys),
     ]
-    for result in results.values():
-        lines.append(
-            f"| {result.label} | {result.spark or '-'} | {result.rows_per_s:,.0f} "
-            f"| {result.mb_per_s:.1f} | {result.all_rows_per_s:,.0f} |"
-        )
-
-    def ratio(top: str, bottom: str) -> str:
-        if top in results and bottom in results:
-            value = results[top].rows_per_s / results[bottom].rows_per_s
-            return f"{top}/{bottom} = {value:.2f}"
-        return ""
-
-    pairs = [("b", "a"), ("b", "e"), ("c", "d"), ("cp", "dp"), ("c3", "d")]
-    pairs += [("b 4.2", "a 4.2"), ("b 4.2", "e"), ("c 4.2", "d"), ("cp 4.2", "dp")]
-    pairs += [("b", "f"), ("c", "f"), ("f", "a"), ("b 4.2", "f 4.2"), ("f 4.2", "a 4.2")]
-    lines.append("ratios: " + ", ".join(r for r in (ratio(t, b) for t, b in pairs) if r))
-    return lines
 
 
 if __name__ == "__main__":

@@ -1,0 +1,104 @@
+"""The throughput benchmark's tables: rates and ratios per writer and input, median (min-max).
+
+A figure is the median over the rounds after the first (the first warms up the JVM and the
+Python workers; with one round, that round), with the spread; a ratio is taken round by round,
+between writers that ran in the same Spark application, then summarised the same way.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+Rates = dict[tuple[str, str, str], list[float]]  # (line, input, writer) -> rows/s per round
+
+# (name, top, bottom, {line: target}); the targets of issue 16.
+RATIOS = [
+    ("records / Spark Kafka", "records", "kafka", {"4.2": 1.3}),
+    ("records / floor", "records", "floor", {"4.0": 0.95, "4.2": 0.8}),
+    ("floor / Spark Kafka", "floor", "kafka", {}),
+    ("files / Spark Avro", "files", "avro", {"4.2": 0.8}),
+    ("files / Spark Avro, partitioned", "files_p", "avro_p", {"4.2": 0.8}),
+    ("files S3 / Spark Avro", "files_s3", "avro", {}),
+    ("files S3 / Spark Avro, partitioned", "files_s3_p", "avro_p", {}),
+    ("payload / Spark Avro", "payload", "avro", {"4.2": 0.5}),
+]
+
+
+def counted(values: list[float]) -> list[float]:
+    """The rounds a figure is taken from: all after the first, or the only one."""
+    return values[1:] or values
+
+
+def figure(values: list[float], digits: int = 0) -> str:
+    """`median (min-max)` of the counted rounds."""
+    kept = counted(values)
+    if not kept:
+        return ""
+    form = f"{{:,.{digits}f}}"
+    median = form.format(statistics.median(kept))
+    if len(kept) == 1:
+        return median
+    return f"{median} ({form.format(min(kept))}-{form.format(max(kept))})"
+
+
+def rate_table(
+    rates: Rates, tags: list[str], cells: list[str], labels: dict[str, str]
+) -> list[str]:
+    """Rows/s per line, writer (`labels`: key -> label) and input, median (min-max)."""
+    out = [
+        "| Spark | writer | " + " | ".join(cells) + " |",
+        "|---|---|" + "---|" * len(cells),
+    ]
+    for tag in tags:
+        for key, label in labels.items():
+            row = [figure(rates.get((tag, cell, key), [])) for cell in cells]
+            if any(row):
+                out.append(f"| {tag} | {key}: {label} | " + " | ".join(row) + " |")
+    return out
+
+
+def round_ratios(rates: Rates, line: str, cell: str, top: str, bottom: str) -> list[float]:
+    """top / bottom round by round (both ran in the same application)."""
+    tops, bottoms = rates.get((line, cell, top), []), rates.get((line, cell, bottom), [])
+    return [t / b for t, b in zip(tops, bottoms, strict=False) if b]
+
+
+def ratio_table(rates: Rates, tags: list[str], cells: list[str]) -> list[str]:
+    """The ratios of RATIOS per line and input, with their targets, met or not."""
+    out = [
+        "| Spark | ratio | target | " + " | ".join(cells) + " |",
+        "|---|---|---|" + "---|" * len(cells),
+    ]
+    for tag in tags:
+        for name, top, bottom, targets in RATIOS:
+            values = [round_ratios(rates, tag, cell, top, bottom) for cell in cells]
+            if not any(values):
+                continue
+            target = targets.get(tag)
+            row = [verdict(figure(v, 2), v, target) for v in values]
+            aim = f">= {target}" if target else ""
+            out.append(f"| {tag} | {name} | {aim} | " + " | ".join(row) + " |")
+    return out
+
+
+def verdict(text: str, values: list[float], target: float | None) -> str:
+    """`text`, marked met or not when there is a target and a value."""
+    if not text or target is None:
+        return text
+    return f"{text} {'met' if statistics.median(counted(values)) >= target else 'NOT met'}"
+
+
+def memory_table(tag: str, peaks: dict[str, dict[int, int]]) -> list[str]:
+    """Peak RSS at 1x and 16x the rows, per mode."""
+    out = [
+        f"\nexecutor Python worker peak RSS, one partition, PySpark {tag}:",
+        "| mode | rows 1x | peak RSS 1x | rows 16x | peak RSS 16x | 16x / 1x (target <= 1.1) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for mode, by_rows in peaks.items():
+        (r1, p1), (r16, p16) = sorted(by_rows.items())
+        out.append(
+            f"| {mode} | {r1:,} | {p1 / 1024:.0f} MiB | {r16:,} | {p16 / 1024:.0f} MiB "
+            f"| {p16 / p1:.2f} |"
+        )
+    return out
