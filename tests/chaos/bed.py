@@ -30,9 +30,10 @@ from kafka_txn_sink.testing import (
     create_topic,
     set_default_aws_env,
 )
+from kafka_txn_sink.testing.kafka_cluster import KafkaCluster
 from tests.chaos.query import QuerySpec
 
-Broker = KafkaBroker | ExternalKafkaBroker
+Broker = KafkaBroker | ExternalKafkaBroker | KafkaCluster
 S3 = S3Server | ExternalS3Server
 
 S3_CREDENTIALS = {
@@ -71,6 +72,16 @@ class Bed:
         return isinstance(self.broker, KafkaBroker)
 
     @property
+    def cluster(self) -> KafkaCluster | None:
+        """The Kafka nodes, when the bed runs several (coordinator kills need them)."""
+        return self.broker if isinstance(self.broker, KafkaCluster) else None
+
+    @property
+    def replication(self) -> int:
+        """Replicas of the sink's topics: one on every node."""
+        return len(self.cluster.nodes) if self.cluster else 1
+
+    @property
     def can_pause_s3(self) -> bool:
         return isinstance(self.s3, S3Server)
 
@@ -85,16 +96,19 @@ class Bed:
 
 
 @contextmanager
-def own_bed(directory: Path) -> Iterator[Bed]:
-    """A broker (data kept in `directory`) and an S3 server, or the external ones."""
+def own_bed(directory: Path, nodes: int = 1) -> Iterator[Bed]:
+    """A broker, or a cluster of `nodes` (data kept in `directory`), and an S3 server; or the
+    external ones (`nodes` > 1 needs a bed of its own)."""
     set_default_aws_env()
     external_kafka = os.environ.get("KTS_KAFKA_BOOTSTRAP")
     external_s3 = os.environ.get("KTS_S3_ENDPOINT")
-    broker: Broker = (
-        ExternalKafkaBroker(external_kafka)
-        if external_kafka
-        else KafkaBroker(directory / "kafka")
-    )
+    broker: Broker
+    if nodes > 1:
+        broker = KafkaCluster(directory / "kafka", nodes)
+    elif external_kafka:
+        broker = ExternalKafkaBroker(external_kafka)
+    else:
+        broker = KafkaBroker(directory / "kafka")
     s3: S3 = (
         ExternalS3Server(external_s3)
         if external_s3
@@ -108,7 +122,7 @@ def own_bed(directory: Path) -> Iterator[Bed]:
     finally:
         if isinstance(s3, S3Server):
             s3.stop()
-        if isinstance(broker, KafkaBroker):
+        if isinstance(broker, KafkaBroker | KafkaCluster):
             broker.stop()
 
 
@@ -152,9 +166,9 @@ class Sink:
         return self.workdir / "checkpoint"
 
     def create(self, bed: Bed) -> None:
-        create_topic(bed.bootstrap, self.input, INPUT_PARTITIONS)
-        create_topic(bed.bootstrap, self.output, 3)
-        create_topic(bed.bootstrap, self.references, 2)
+        for topic, partitions in ((self.input, INPUT_PARTITIONS), (self.output, 3),
+                                  (self.references, 2)):  # fmt: skip
+            create_topic(bed.bootstrap, topic, partitions, replication_factor=bed.replication)
         bed.s3_client().create_bucket(Bucket=self.bucket)
 
     def query(self, bed: Bed, jars: str) -> QuerySpec:

@@ -109,3 +109,23 @@ def kill_worker(pid: int, timeout_s: float = 30) -> None:
     os.kill(pid, signal.SIGKILL)
     if wait_gone([pid], timeout_s):
         raise RuntimeError(f"python worker {pid} survived SIGKILL")
+
+
+def freeze_tree(root: int) -> list[int]:
+    """SIGSTOP `root` and every descendant (the pyspark daemons are in other groups); the
+    pids frozen, none when `root` has ended."""
+    if not alive(root):
+        return []
+    frozen = []
+    for pid in [root, *descendants(root)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+            frozen.append(pid)
+    return frozen
+
+
+def thaw(pids: list[int]) -> None:
+    """SIGCONT every pid of `pids` that still exists."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)

@@ -122,10 +122,13 @@ class Running:
         """The query's error in one line: the innermost exception Spark's wrappers carry (or
         the tail of Spark's log), at most 300 characters."""
         message = str(self.result().get("error", ""))
+        log = (self.directory / "spark.log").read_text(errors="replace").strip()
         if not message:
-            log = (self.directory / "spark.log").read_text(errors="replace").strip()
             return " | ".join(log.splitlines()[-3:])[:300]
+        # Spark's message may carry only its wrappers ("Writing job failed"): the cause is
+        # then the last exception of the Python traceback in Spark's log.
         causes = [m for m in _EXCEPTION.findall(message) if m[0] not in _WRAPPERS]
+        causes = causes or [m for m in _EXCEPTION.findall(log) if m[0] not in _WRAPPERS][-1:]
         return (f"{causes[0][0]}: {causes[0][1]}" if causes else message.splitlines()[0])[:300]
 
 

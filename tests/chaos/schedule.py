@@ -14,6 +14,20 @@ when the query reaches it, the fault strikes:
 - `s3`: the S3 server is frozen (SIGSTOP) for `pause_s` seconds while the query goes on, so
   uploads or commit-log writes time out and are retried or fail.
 - `broker`: the Kafka broker is killed and restarted while the query is held; once per run.
+- `driver2`: while the query is held at a driver point of the fresh batch, a second driver of
+  the same query (same checkpoint, sinkId and commit log; another Spark application) starts
+  and is held at its own point; the two are released one after the other, in `order`.
+- `freeze`: the query is released from its point, and `delay_s` later its whole process tree
+  is frozen (SIGSTOP) for `pause_s` seconds while a second driver runs; then it is thawed
+  (SIGCONT) and killed a few seconds later.
+- `late`: while the query is held after its decision of the batch, a late task attempt of that
+  batch starts in another Spark application; it must return `skipped` and change nothing.
+- `coordinator`: on a bed of three Kafka nodes only, the node coordinating the sink's open
+  transactions is killed and restarted while the query is held; once per run.
+
+The last four kinds are drawn from a second random stream seeded from the same seed, and
+replace the trial they land on: every other trial keeps the fault the seed gave it before
+(the deck of kill points skips the points of replaced kills).
 """
 
 from __future__ import annotations
@@ -24,7 +38,7 @@ from typing import Any
 
 from kafka_txn_sink.failpoints import ALL_POINTS, DRIVER_POINTS, REPUBLISH_POINTS, TASK_POINTS
 
-KINDS = ("kill", "worker", "s3", "broker")
+KINDS = ("kill", "worker", "s3", "broker", "driver2", "freeze", "late", "coordinator")
 # Where the S3 server is frozen: during a task's uploads, the decision, the completion marker.
 S3_POINTS = ("task.after_produce", "driver.before_decision", "driver.after_decision")
 # Where the query is held while the broker restarts: prepared, decided, half committed.
@@ -34,6 +48,22 @@ BROKER_POINTS = (
     "driver.after_first_endtxn",
 )
 WEIGHTS = {"kill": 0.7, "worker": 0.15, "s3": 0.15}
+# The kinds of issue 14, each as likely as an S3 freeze; they replace the trial they land on.
+CONCURRENT_WEIGHTS = {"driver2": 0.05, "freeze": 0.05, "late": 0.05}
+# Where the first driver of `driver2` is held: prepared, about to decide, decided, half done.
+DRIVER2_OLD_POINTS = (
+    "driver.before_prepare_check",
+    "driver.before_decision",
+    "driver.after_decision",
+    "driver.after_first_endtxn",
+)
+# Where the second driver is held: points it reaches while it re-runs the batch.
+DRIVER2_NEW_POINTS = ("driver.before_prepare_check", "driver.before_decision")
+ORDERS = ("old-first", "new-first")
+FREEZE_POINTS = TASK_POINTS + DRIVER2_OLD_POINTS
+FREEZE_S = (10.0, 30.0)
+FREEZE_DELAY_S = (0.0, 1.5)  # from the release to the SIGSTOP: the random moment
+LATE_POINT = "driver.after_decision"
 NEW_IDS = (60, 160)  # ids produced before each trial, bounds included
 PAUSE_S = (2.0, 9.0)
 
@@ -44,17 +74,34 @@ class Fault:
     point: str
     new_ids: int
     pause_s: float = 0.0
+    second_point: str = ""  # driver2: where the second driver is held
+    order: str = ""  # driver2: which driver is released first
+    delay_s: float = 0.0  # freeze: from the release to the SIGSTOP
 
     def label(self) -> str:
-        pause = f" {self.pause_s:.1f}s" if self.kind == "s3" else ""
-        return f"{self.kind}@{self.point}{pause}"
+        if self.kind in ("s3", "freeze"):
+            return f"{self.kind}@{self.point} {self.pause_s:.1f}s"
+        if self.kind == "driver2":
+            return f"{self.kind}@{self.point}+{self.second_point} {self.order}"
+        return f"{self.kind}@{self.point}"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def build_schedule(seed: int, trials: int, *, broker: bool = True, s3: bool = True) -> list[Fault]:
-    """The faults of `trials` trials; the same for the same arguments, whatever the slices."""
+def build_schedule(
+    seed: int,
+    trials: int,
+    *,
+    broker: bool = True,
+    s3: bool = True,
+    coordinator: bool = False,
+    concurrent: bool = True,
+) -> list[Fault]:
+    """The faults of `trials` trials; the same for the same arguments, whatever the slices.
+
+    `coordinator`: the bed has three Kafka nodes (one coordinator kill per run);
+    `concurrent`: draw the second-driver, freeze and late-attempt kinds too."""
     rng = random.Random(seed)
     broker_at = rng.randrange(trials) if broker and trials else -1
     weights = {k: w for k, w in WEIGHTS.items() if s3 or k != "s3"}
@@ -63,7 +110,26 @@ def build_schedule(seed: int, trials: int, *, broker: bool = True, s3: bool = Tr
     for index in range(trials):
         kind = "broker" if index == broker_at else _draw(rng, weights)
         faults.append(make_fault(rng, kind, deck))
-    return faults
+    return _with_concurrent_kinds(seed, faults, broker_at, coordinator, concurrent)
+
+
+def _with_concurrent_kinds(
+    seed: int, faults: list[Fault], broker_at: int, coordinator: bool, concurrent: bool
+) -> list[Fault]:
+    """`faults` with some trials replaced by the kinds of issue 14, from a stream of their own
+    (so the other trials keep the faults older versions of the suite drew)."""
+    rng = random.Random(f"{seed}/concurrent")
+    trials = len(faults)
+    coordinator_at = rng.randrange(trials) if coordinator and trials else -1
+    share = sum(CONCURRENT_WEIGHTS.values())
+    replaced = list(faults)
+    for index in range(trials):
+        drawn = rng.random() < share  # drawn for every trial: later trials stay put
+        if index == coordinator_at:
+            replaced[index] = make_fault(rng, "coordinator", [])
+        elif concurrent and drawn and index != broker_at:
+            replaced[index] = make_fault(rng, _draw(rng, CONCURRENT_WEIGHTS), [])
+    return replaced
 
 
 def short_schedule(seed: int, *, s3: bool = True) -> list[Fault]:
@@ -91,8 +157,16 @@ def make_fault(rng: random.Random, kind: str, deck: list[str]) -> Fault:
         return Fault(kind, rng.choice(TASK_POINTS), new_ids)
     if kind == "s3":
         return Fault(kind, rng.choice(S3_POINTS), new_ids, round(rng.uniform(*PAUSE_S), 1))
-    if kind == "broker":
+    if kind in ("broker", "coordinator"):
         return Fault(kind, rng.choice(BROKER_POINTS), new_ids)
+    if kind == "driver2":
+        old, new, order = (rng.choice(c) for c in (DRIVER2_OLD_POINTS, DRIVER2_NEW_POINTS, ORDERS))
+        return Fault(kind, old, new_ids, second_point=new, order=order)
+    if kind == "freeze":
+        pause, delay = round(rng.uniform(*FREEZE_S), 1), round(rng.uniform(*FREEZE_DELAY_S), 1)
+        return Fault(kind, rng.choice(FREEZE_POINTS), new_ids, pause, delay_s=delay)
+    if kind == "late":
+        return Fault(kind, LATE_POINT, new_ids)
     raise ValueError(f"unknown fault kind {kind!r}")
 
 

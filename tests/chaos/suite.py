@@ -48,6 +48,7 @@ from kafka_txn_sink.testing import KafkaBroker, spark_jars
 from kafka_txn_sink.testing.topics import IdReport, compare_ids, read_topic
 from tests.chaos import procs, query
 from tests.chaos.bed import Bed, Sink, load_bucket, own_bed, save_bucket, write_json
+from tests.chaos.late import late_attempt
 from tests.chaos.query import FaultNotFired, QuerySpec, Running
 from tests.chaos.report import print_report
 from tests.chaos.schedule import (
@@ -57,9 +58,9 @@ from tests.chaos.schedule import (
     build_schedule,
     failpoint_spec,
 )
-from tests.e2e.harness import open_transactions, produce_events
+from tests.e2e.harness import describe, open_transactions, produce_events
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the kinds of issue 14 (second driver, freeze, late attempt, coordinator)
 INITIAL_IDS = 400
 USERS = 3
 REACH_S = 300.0  # a restart, a re-run batch and the fresh one, on a busy 2-core machine
@@ -67,6 +68,8 @@ EXIT_S = 420.0  # the query drains its backlog after a fault it survives
 DRAIN_RUNS = 3  # the final drain may meet a loss the sink raises once
 START_ATTEMPTS = 2  # a query may fail once after a crash (a loss is raised once): recorded
 ABORT_WAIT_S = 120.0
+THAWED_S = 3.0  # a frozen driver runs this long after SIGCONT before it is killed
+NODE_RESTART_S = 180.0
 # Beyond the bound: transactions the coordinator aborts within seconds, and a commit margin
 # (commitLogTimeoutMs + commitTimeoutMs + clockSkewMs = 5 s) the batch still passes.
 TIMEOUT_OPTIONS = {
@@ -197,6 +200,7 @@ def run_suite(
                 ran.append(run_and_record(context, index, schedule[index]))
         drained = drain(context)
         report = oracle(bed, sink, held_batches(state.results))
+        report.late_attempts_not_skipped = late_anomalies(state.results)
         verified = verify_command(bed, sink)
         state.body["checks"].append(
             {"at": time.time(), "drain": drained, **report.counts(), "verify": verified}
@@ -369,6 +373,119 @@ def strike_broker(context: Context, running: Running, fault: Fault, batch: int) 
     return {"hit": hit, "broker_down_s": down_s, **finish(running)}
 
 
+def strike_driver2(context: Context, running: Running, fault: Fault, batch: int) -> dict[str, Any]:
+    """Hold a second driver of the same query at its own point while the first is held, then
+    release them one after the other; either may end with an error (superseded, or Spark's
+    checkpoint refusing a second run): the end state is what the oracle checks."""
+    hit = running.wait_reached(fault.point, REACH_S)
+    second = start_second_driver(context, running, f"{fault.second_point}=block@{batch}")
+    try:
+        second_hit = reached_or_ended(second, fault.second_point)
+        drivers = {"old": (running, fault.point), "new": (second, fault.second_point)}
+        first = fault.order.split("-")[0]
+        ended = {}
+        for name in (first, "new" if first == "old" else "old"):
+            process, point = drivers[name]
+            process.release(point)
+            ended[name] = finish(process)["outcome"]
+    finally:
+        second.kill()
+    return {
+        "hit": hit,
+        "second_hit": second_hit,
+        "outcome": f"old {ended['old']}; new {ended['new']}",
+    }
+
+
+def strike_freeze(context: Context, running: Running, fault: Fault, batch: int) -> dict[str, Any]:
+    """Release the query, freeze it `delay_s` later for `pause_s` while a second driver runs,
+    thaw it, and kill it a few seconds later."""
+    hit = running.wait_reached(fault.point, REACH_S)
+    running.release(fault.point)
+    time.sleep(fault.delay_s)
+    frozen = procs.freeze_tree(running.process.pid) if running.process.poll() is None else []
+    if not frozen:
+        raise FaultNotFired(f"the query had ended {fault.delay_s} s after {fault.point}")
+    second = start_second_driver(context, running)
+    try:
+        time.sleep(fault.pause_s)
+        procs.thaw(frozen)
+        time.sleep(THAWED_S)
+        old_ended = "killed" if running.kill() else finish(running)["outcome"]
+        new_ended = finish(second)["outcome"]
+    finally:
+        procs.thaw(frozen)
+        second.kill()
+    return {"hit": hit, "frozen_processes": len(frozen), "outcome": f"old {old_ended}; "
+            f"new {new_ended}"}  # fmt: skip
+
+
+def strike_late(context: Context, running: Running, fault: Fault, batch: int) -> dict[str, Any]:
+    """While batch `batch` is held after its decision, a task attempt of it starts in another
+    Spark application: it must answer `skipped` and leave the decided transactions alone."""
+    hit = running.wait_reached(fault.point, REACH_S)
+    decision = open_commit_log(context.sink.commit_log, s3_settings(context.bed)).decision(batch)
+    if decision is None or not decision.participants:
+        raise FaultNotFired(f"batch {batch} was held after its decision, but has no participants")
+    txn_ids = [p.transactional_id for p in decision.participants]
+    before = {i: s.triple for i, s in describe(context.bed.bootstrap, txn_ids).items()}
+    status = late_attempt(context.spec, batch, decision.participants[0].partition)
+    after = {i: s.triple for i, s in describe(context.bed.bootstrap, txn_ids).items()}
+    running.release(fault.point)
+    changed = sorted(i for i in txn_ids if before.get(i) != after.get(i))
+    return {"hit": hit, "late_status": status, "late_changed": changed, **finish(running)}
+
+
+def strike_coordinator(
+    context: Context, running: Running, fault: Fault, batch: int
+) -> dict[str, Any]:
+    """Kill the node coordinating the sink's open transactions while the query is held,
+    restart it, then release the query."""
+    hit = running.wait_reached(fault.point, REACH_S)
+    cluster = context.bed.cluster
+    assert cluster is not None, "coordinator trials need a bed of three Kafka nodes"
+    held = open_transactions(cluster.bootstrap, context.sink.sink_id)
+    open_ids = [s.transactional_id for s in held]
+    if not open_ids:
+        raise FaultNotFired(f"batch {batch} has no open transaction at {fault.point}")
+    nodes = sorted(cluster.coordinators(open_ids))
+    began = time.monotonic()
+    for node in nodes:
+        cluster.kill(node)
+    for node in nodes:
+        cluster.launch(node)
+    cluster.wait_healthy(NODE_RESTART_S)
+    down_s = round(time.monotonic() - began, 1)
+    running.release(fault.point)
+    return {"hit": hit, "killed_nodes": nodes, "nodes_down_s": down_s, **finish(running)}
+
+
+def start_second_driver(context: Context, first: Running, failpoint_spec: str = "") -> Running:
+    """Another Spark application running the same query (checkpoint, sinkId, log) with its
+    own failpoint directory."""
+    return query.start(context.spec, first.directory / "driver2", failpoint_spec)
+
+
+def reached_or_ended(running: Running, point: str) -> dict[str, Any] | str:
+    """The first hit of `point`, or how the query ended without reaching it (a second driver
+    may find the batch done, or be refused by Spark's checkpoint)."""
+    try:
+        return running.wait_reached(point, REACH_S)
+    except FaultNotFired as exc:
+        if running.process.poll() is None:
+            raise
+        return f"ended before {point}: {str(exc)[:200]}"
+
+
+def late_anomalies(results: Iterable[dict[str, Any]]) -> list[str]:
+    """Late attempts that did not answer `skipped`, or changed a decided transaction."""
+    return [
+        f"trial {r['index']} batch {r['batch']}: {r['late_status']}, changed {r['late_changed']}"
+        for r in results
+        if "late_status" in r and (r["late_status"] != "skipped" or r["late_changed"])
+    ]
+
+
 def task_retried(context: Context, batch: int) -> bool | None:
     """Whether batch `batch` was decided with a task's second (or later) attempt; None when it
     is not decided (yet)."""
@@ -382,6 +499,10 @@ STRIKES: dict[str, Callable[[Context, Running, Fault, int], dict[str, Any]]] = {
     "worker": strike_worker,
     "s3": strike_s3,
     "broker": strike_broker,
+    "driver2": strike_driver2,
+    "freeze": strike_freeze,
+    "late": strike_late,
+    "coordinator": strike_coordinator,
 }
 
 
@@ -426,6 +547,7 @@ class OracleReport:
     lost_batches: list[int] = field(default_factory=list)  # the sink's own loss reports
     excused_batches: list[int] = field(default_factory=list)  # held beyond the bound on purpose
     open_transactions: list[str] = field(default_factory=list)
+    late_attempts_not_skipped: list[str] = field(default_factory=list)  # from the trials
     decided_batches: int = 0
     orphan_files: int = 0  # uploaded by failed attempts, in no decision: expected, not anomalies
 
@@ -444,6 +566,7 @@ class OracleReport:
             "files: referenced, not decided": self.unlogged_references,
             "batches the sink reports lost": [str(b) for b in self.lost_batches],
             "transactions left open": self.open_transactions,
+            "late attempts not skipped": self.late_attempts_not_skipped,
         }
 
     @property
@@ -648,6 +771,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--state", type=Path, required=True, help="state directory (resumable)")
     parser.add_argument("--slice", default="", help="A:B runs trials A..B-1 only")
+    parser.add_argument(
+        "--nodes", type=int, choices=(1, 3), default=1,
+        help="Kafka nodes of the bed; 3 adds a coordinator kill to the schedule",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.trials < 1:
         parser.error("--trials must be positive")
@@ -678,9 +805,13 @@ def main(argv: list[str] | None = None) -> int:
     indices = slice_indices(args.slice, args.trials)
     args.state.mkdir(parents=True, exist_ok=True)
     try:
-        with own_bed(args.state) as bed:
+        with own_bed(args.state, args.nodes) as bed:
             schedule = build_schedule(
-                args.seed, args.trials, broker=bed.can_restart_broker, s3=bed.can_pause_s3
+                args.seed,
+                args.trials,
+                broker=bed.can_restart_broker,
+                s3=bed.can_pause_s3,
+                coordinator=bed.cluster is not None,
             )
             console.print(
                 f"crash suite: seed {args.seed}, trials {indices.start}..{indices.stop - 1} "

@@ -281,3 +281,38 @@ def assert_exactly_once(pipeline: Pipeline, ids: list[str]) -> IdReport:
     assert report.exact, report.summary() + detail
     assert open_transactions(pipeline.bootstrap, pipeline.sink_id) == []
     return report
+
+
+# A late task attempt (a zombie of an abandoned stage attempt, started after its batch was
+# decided): the plan as the driver built it before the decision (`last_decided` is stale), run
+# as one Spark task of the batch's partition in another Spark application. Arguments: the
+# sink's options as JSON, the batch, the partition; it prints {"status": ...}.
+LATE_ATTEMPT_SCRIPT = """
+import json, sys
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StringType, StructField, StructType
+from kafka_txn_sink.commit_log import open_commit_log
+from kafka_txn_sink.options import parse_options
+from kafka_txn_sink.protocol.prepare import TaskPlan, prepare_task
+from kafka_txn_sink.protocol.runs import RunRef
+from kafka_txn_sink.records.columns import plan_columns
+
+given, batch_id, partition = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+options = parse_options(given).with_transaction_timeout(60_000)
+log = open_commit_log(options.commit_log, options.s3)
+owner = log.owners()[-1]
+schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
+plan = TaskPlan(options, plan_columns(schema, options.topic), None,
+                log.decision(batch_id).query_id, batch_id - 1, RunRef(owner.run, owner.slot))
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+context = spark.sparkContext
+context.setLocalProperty("streaming.sql.batchId", str(batch_id))
+context.setLocalProperty("sql.streaming.queryId", plan.log_query_id)
+
+def attempt(_):
+    yield prepare_task(plan, iter([("late", "late")]), arrow=False).status
+
+statuses = context.parallelize(range(partition + 1), partition + 1).mapPartitions(attempt).collect()
+spark.stop()
+print(json.dumps({"status": statuses[partition]}))
+"""

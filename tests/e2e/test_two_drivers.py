@@ -20,6 +20,7 @@ import time
 import pytest
 
 from tests.e2e.harness import (
+    LATE_ATTEMPT_SCRIPT,
     Outcome,
     Pipeline,
     assert_exactly_once,
@@ -157,38 +158,6 @@ def test_a_late_task_attempt_after_the_decision_leaves_the_batch_alone(
     assert_no_loss(pipeline)
 
 
-LATE_ATTEMPT = """
-import json, sys
-from pyspark.sql import SparkSession
-from kafka_txn_sink.commit_log import open_commit_log
-from kafka_txn_sink.options import parse_options
-from kafka_txn_sink.protocol.prepare import TaskPlan, prepare_task
-from kafka_txn_sink.protocol.runs import RunRef
-from kafka_txn_sink.records.columns import plan_columns
-from pyspark.sql.types import StringType, StructField, StructType
-
-options_in, batch_id, partition = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-options = parse_options(options_in).with_transaction_timeout(60_000)
-log = open_commit_log(options.commit_log)
-owner = log.owners()[-1]
-schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
-# The plan as the driver built it before the batch was decided (last_decided is stale).
-plan = TaskPlan(options, plan_columns(schema, options.topic), None,
-                log.decision(batch_id).query_id, batch_id - 1, RunRef(owner.run, owner.slot))
-spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
-context = spark.sparkContext
-context.setLocalProperty("streaming.sql.batchId", str(batch_id))
-context.setLocalProperty("sql.streaming.queryId", plan.log_query_id)
-
-def attempt(_):
-    yield prepare_task(plan, iter([("late", "late")]), arrow=False).status
-
-statuses = context.parallelize(range(partition + 1), partition + 1).mapPartitions(attempt).collect()
-spark.stop()
-print(json.dumps({"status": statuses[partition]}))
-"""
-
-
 def late_attempt(pipeline: Pipeline, batch_id: int, partition: int) -> str:
     """A task attempt of `batch_id` that starts now, in another Spark application: what it
     returned."""
@@ -200,7 +169,14 @@ def late_attempt(pipeline: Pipeline, batch_id: int, partition: int) -> str:
         **pipeline.options,
     }
     done = subprocess.run(
-        [pipeline.python, "-c", LATE_ATTEMPT, json.dumps(options), str(batch_id), str(partition)],
+        [
+            pipeline.python,
+            "-c",
+            LATE_ATTEMPT_SCRIPT,
+            json.dumps(options),
+            str(batch_id),
+            str(partition),
+        ],
         capture_output=True,
         text=True,
         timeout=180,
