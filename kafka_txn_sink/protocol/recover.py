@@ -77,13 +77,22 @@ def sink_holdings(
     states = txn_admin.describe(ids)
     open_ = tuple(s for _, s in sorted(states.items()) if s.state == ONGOING)
     held = _held_triples(commit_log)
+    return Holdings(open=open_, held=held, abortable=_abortable(sink_id, commit_log, open_, run))
+
+
+def _abortable(
+    sink_id: str, commit_log: CommitLog, open_: tuple[TxnState, ...], run: RunRef | None
+) -> frozenset[Triple]:
+    """The open transactions `run` may abort if no decision holds them (runs.may_abort); all
+    of them without a run (the CLI), which then reads no owner records."""
+    if run is None:
+        return frozenset(state.triple for state in open_)
     owners, latest = commit_log.owners(), commit_log.latest_decision()
-    abortable = frozenset(
+    return frozenset(
         state.triple
         for state in open_
         if may_abort(_slot(sink_id, state.transactional_id), run, owners, latest)
     )
-    return Holdings(open=open_, held=held, abortable=abortable)
 
 
 def known_ids(sink_id: str, txn_admin: TransactionAdmin) -> list[str]:
