@@ -19,7 +19,8 @@ when the query reaches it, the fault strikes:
   and is held at its own point; the two are released one after the other, in `order`.
 - `freeze`: the query is released from its point, and `delay_s` later its whole process tree
   is frozen (SIGSTOP) for `pause_s` seconds while a second driver runs; then it is thawed
-  (SIGCONT) and killed a few seconds later.
+  (SIGCONT) and killed a few seconds later. It is also held at the end of its batch, so that it
+  cannot finish and exit before the freeze strikes.
 - `late`: while the query is held after its decision of the batch, a late task attempt of that
   batch starts in another Spark application; it must return `skipped` and change nothing.
 - `coordinator`: on a bed of three Kafka nodes only, the node coordinating the sink's open
@@ -178,10 +179,18 @@ def beyond_the_bound(fault: Fault) -> bool:
     return fault.point in REPUBLISH_POINTS
 
 
+# A frozen query is first released; it is also held here, so that it cannot finish the batch
+# and exit before the freeze (then the freeze strikes it held at the end of its batch).
+FREEZE_BACKSTOP = "driver.after_completion"
+
+
 def failpoint_spec(fault: Fault, batch: int) -> str:
     """Hold the query at the fault's point in batch `batch` (a point that fires without a
-    batch id: the first time it fires); first after the decision, when beyond the bound."""
+    batch id: the first time it fires); first after the decision, when beyond the bound; and
+    at the end of the batch too, for a freeze."""
     spec = f"{fault.point}=block@{batch}"
+    if fault.kind == "freeze":
+        return f"{spec};{FREEZE_BACKSTOP}=block@{batch}"
     return f"{HELD_FOR_TIMEOUT}=block@{batch};{spec}" if beyond_the_bound(fault) else spec
 
 

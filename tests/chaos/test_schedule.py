@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tests.chaos.schedule import build_schedule
+from tests.chaos.schedule import FREEZE_BACKSTOP, Fault, build_schedule, failpoint_spec
 
 SEED, TRIALS = 7, 200
 
@@ -33,3 +33,11 @@ def test_the_same_seed_gives_the_same_schedule() -> None:
     assert build_schedule(SEED, TRIALS, coordinator=True) == build_schedule(
         SEED, TRIALS, coordinator=True
     )
+
+
+def test_a_freeze_is_also_held_at_the_end_of_its_batch() -> None:
+    freeze = Fault("freeze", "driver.before_prepare_check", 100, 15.0, delay_s=0.9)
+    assert failpoint_spec(freeze, 7) == (
+        f"driver.before_prepare_check=block@7;{FREEZE_BACKSTOP}=block@7"
+    )
+    assert failpoint_spec(Fault("kill", "task.after_init", 100), 7) == "task.after_init=block@7"
