@@ -10,6 +10,11 @@ values and `date=yyyy-MM-dd/hour=HH` over one day) both paths write through one 
 - rows: every batch turned into PySpark's rows (`spark_rows.arrow_rows`), written with fastavro;
 - native: the batch split with Arrow compute and encoded by arrow-avro (`FileSet.add_batch`).
 
+Payload mode the same way, on the same rows as one JSON object each (`payload`, beside `user`
+and `ts` for the partitioning): rows parse each payload with `json.loads`, aggregate its schema
+and write with fastavro; native spools the payloads as text and reads each file with Arrow's
+JSON reader, then encodes natively (`payload_arrow`).
+
 Also `polars_avro.write_avro` of the whole table as one file (the encoder alone, no split, no
 sink). Rounds alternate the paths; the median rows/s of each is printed with its ratio.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import statistics
 import sys
 import tempfile
@@ -28,6 +34,7 @@ from pathlib import Path
 import polars as pl
 import polars_avro
 import pyarrow as pa
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 sys.path.insert(0, str(Path(__file__).parent))
 from files_throughput import SCHEMA, make_rows
@@ -63,6 +70,21 @@ def make_batches(rows: int, users: int) -> list[pa.RecordBatch]:
         ),
     )
     return table.to_batches(max_chunksize=BATCH_ROWS)
+
+
+def make_payload_batches(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """The same rows with every field in one JSON object (`payload`), `user` and `ts` kept."""
+    out = []
+    for batch in batches:
+        rows = batch.to_pylist()
+        payloads = [json.dumps({**r, "ts": r["ts"].isoformat()}) for r in rows]
+        out.append(
+            pa.record_batch(
+                [batch.column("user"), batch.column("ts"), pa.array(payloads, pa.string())],
+                names=["user", "ts", "payload"],
+            )
+        )
+    return out
 
 
 def write_rows(plan: FilePlan, batches: list[pa.RecordBatch], root: Path) -> int:
@@ -117,12 +139,40 @@ def main() -> None:
             max_open_files=64,
         ),
     }
+    payload_batches = make_payload_batches(batches)
+    payload_schema = StructType(
+        [
+            StructField("user", StringType()),
+            StructField("ts", TimestampType()),
+            StructField("payload", StringType()),
+        ]
+    )
+    payload_plans = {
+        f"payload, {label}": plan_files(
+            payload_schema,
+            payload_column="payload",
+            **{k: v for k, v in options.items() if k != "codec"},
+            codec=args.codec,
+        )
+        for label, options in {
+            "unpartitioned": {},
+            "user + date/hour": {
+                "partition_by": ["user"],
+                "time_column": "ts",
+                "time_pattern": "date=yyyy-MM-dd/hour=HH",
+                "max_open_files": 64,
+            },
+        }.items()
+    }
     print(f"{args.rows} rows of 12 fields, batches of {BATCH_ROWS}, codec {args.codec}")
-    print(f"{'partitioning':<18} {'rows rows/s':>12} {'native rows/s':>14} {'ratio':>7} files")
-    for label, plan in plans.items():
-        old = _rates(lambda root, p=plan: write_rows(p, batches, root), args.rounds, args.rows)
-        new = _rates(lambda root, p=plan: write_native(p, batches, root), args.rounds, args.rows)
-        print(f"{label:<18} {old[0]:>12,.0f} {new[0]:>14,.0f} {new[0] / old[0]:>6.1f}x {new[1]}")
+    print(f"{'partitioning':<27} {'rows rows/s':>12} {'native rows/s':>14} {'ratio':>7} files")
+    cases = [(label, plan, batches) for label, plan in plans.items()] + [
+        (label, plan, payload_batches) for label, plan in payload_plans.items()
+    ]
+    for label, plan, data in cases:
+        old = _rates(lambda root, p=plan, d=data: write_rows(p, d, root), args.rounds, args.rows)
+        new = _rates(lambda root, p=plan, d=data: write_native(p, d, root), args.rounds, args.rows)
+        print(f"{label:<27} {old[0]:>12,.0f} {new[0]:>14,.0f} {new[0] / old[0]:>6.1f}x {new[1]}")
     alone = _rates(lambda root: write_polars(batches, args.codec), args.rounds, args.rows)
     print(f"polars_avro.write_avro alone (one file, no split): {alone[0]:,.0f} rows/s")
 

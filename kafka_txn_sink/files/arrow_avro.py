@@ -184,7 +184,7 @@ def _conform(array: pa.Array, target: pa.DataType) -> pa.Array | None:
     if pa.types.is_struct(target):
         return _conform_struct(array, target)
     if pa.types.is_map(target):
-        offsets, entries = _list_parts(array)
+        offsets, entries = list_parts(array)
         items = _conform(entries.field(1), target.item_type)
         if items is None or (items.null_count and not target.item_field.nullable):
             return None
@@ -192,7 +192,7 @@ def _conform(array: pa.Array, target: pa.DataType) -> pa.Array | None:
             offsets, entries.field(0), items, type=target, mask=_nulls(array)
         )
     if pa.types.is_list(target) or pa.types.is_large_list(target):
-        offsets, elements = _list_parts(array)
+        offsets, elements = list_parts(array)
         values = _conform(elements, target.value_type)
         if values is None or (values.null_count and not target.value_field.nullable):
             return None
@@ -209,7 +209,7 @@ def _conform_struct(array: pa.StructArray, target: pa.StructType) -> pa.Array | 
         if child.null_count and not field.nullable:
             if pc.any(pc.and_(child.is_null(), array.is_valid())).as_py():
                 return None
-            child = _all_valid(child)
+            child = all_valid(child)
         children.append(child)
     return pa.StructArray.from_arrays(children, fields=list(target), mask=_nulls(array))
 
@@ -218,7 +218,7 @@ def _nulls(array: pa.Array) -> pa.Array | None:
     return array.is_null() if array.null_count else None
 
 
-def _list_parts(array: pa.Array) -> tuple[pa.Array, pa.Array]:
+def list_parts(array: pa.Array) -> tuple[pa.Array, pa.Array]:
     """The offsets of a list or map array, from 0, and the values (entries) they index."""
     offsets = array.offsets
     first, last = offsets[0].as_py(), offsets[-1].as_py()
@@ -226,16 +226,16 @@ def _list_parts(array: pa.Array) -> tuple[pa.Array, pa.Array]:
     return (pc.subtract(offsets, pa.scalar(first, offsets.type)) if first else offsets), values
 
 
-def _all_valid(array: pa.Array) -> pa.Array:
+def all_valid(array: pa.Array) -> pa.Array:
     """`array` without its validity bitmap: every null in it is under a null struct."""
     if pa.types.is_struct(array.type):
         children = [array.field(i) for i in range(array.type.num_fields)]
         return pa.StructArray.from_arrays(children, fields=list(array.type))
     if pa.types.is_map(array.type):
-        offsets, entries = _list_parts(array)
+        offsets, entries = list_parts(array)
         return pa.MapArray.from_arrays(offsets, entries.field(0), entries.field(1), type=array.type)
     if array.type.num_fields:  # a list
-        offsets, values = _list_parts(array)
+        offsets, values = list_parts(array)
         return type(array).from_arrays(offsets, values, type=array.type)
     own = array.buffers()[: array.type.num_buffers]
     return pa.Array.from_buffers(array.type, len(array), [None, *own[1:]], 0, array.offset)

@@ -42,12 +42,14 @@ import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, cast
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from fastavro.write import Writer
 
 from kafka_txn_sink.errors import InputError, StagingError
@@ -55,6 +57,7 @@ from kafka_txn_sink.files.avro_names import fingerprint
 from kafka_txn_sink.files.json_schema import SchemaAggregator
 from kafka_txn_sink.files.naming import FileNaming, stored_name
 from kafka_txn_sink.files.partitioning import PartitionValues
+from kafka_txn_sink.files.payload_arrow import CHUNK_BYTES, Chunk, encode_file
 from kafka_txn_sink.files.plan import Codec, FilePlan
 from kafka_txn_sink.files.references import WrittenFile
 from kafka_txn_sink.files.spark_avro import row_converter
@@ -69,7 +72,10 @@ if TYPE_CHECKING:
 
 
 class _OpenFile(ABC):
-    """One file being written; `write` takes what the mode produced for one row."""
+    """One file being written; `write` takes what the mode produced for one row (or, on the
+    Arrow path, `native` files: what it produced for a part of a batch)."""
+
+    native = False
 
     def __init__(self, seq: int, name: str, values: PartitionValues, path: str, local: Path):
         self.seq = seq
@@ -162,6 +168,8 @@ class _RecordFile(_OpenFile):
 class _BlockFile(_OpenFile):
     """Spark-schema mode on the Arrow path: natively encoded blocks behind the file's header."""
 
+    native = True
+
     def __init__(
         self,
         seq: int,
@@ -237,22 +245,141 @@ class _PayloadFile(_OpenFile):
         return self._spool.tell()
 
     def finish(self) -> dict[str, Any]:
-        schema = self._aggregator.schema()
         self._spool.seek(0)
-        with open(self.local, "wb") as out:
-            writer = Writer(out, schema, codec=self._codec, sync_marker=self._marker)
-            conform = self._aggregator.conform
-            read = self._spool.read
-            for _ in range(self.records):
-                size = int.from_bytes(read(4), "little")
-                writer.write(conform(marshal.loads(read(size))))
-            writer.flush()
+        read = self._spool.read
+        sizes = (int.from_bytes(read(4), "little") for _ in range(self.records))
+        payloads = (marshal.loads(read(size)) for size in sizes)
+        schema = write_payloads(self.local, self._aggregator, payloads, self._codec, self._marker)
         self.discard()
         return schema
 
     def discard(self) -> None:
         self._spool.close()
         self._spool_path.unlink(missing_ok=True)
+
+
+def write_payloads(
+    local: Path,
+    aggregator: SchemaAggregator,
+    payloads: Iterable[Any],
+    codec: Codec,
+    marker: bytes,
+) -> dict[str, Any]:
+    """Write the Avro file of payloads already added to `aggregator`, by the row path; its
+    schema."""
+    schema = aggregator.schema()
+    with open(local, "wb") as out:
+        writer = Writer(out, schema, codec=codec, sync_marker=marker)
+        conform = aggregator.conform
+        for payload in payloads:
+            writer.write(conform(payload))
+        writer.flush()
+    return schema
+
+
+class _NativePayloadFile(_OpenFile):
+    """Payload mode on the Arrow path: payloads spooled as text, one per line, and the file
+    written at finish natively (`payload_arrow`) when Arrow's reading of them follows the rules,
+    else by the row path from the same spool."""
+
+    native = True
+
+    def __init__(
+        self,
+        seq: int,
+        name: str,
+        values: PartitionValues,
+        path: str,
+        local: Path,
+        aggregator: SchemaAggregator,
+        codec: Codec,
+        marker: bytes,
+        column: str,
+    ):
+        super().__init__(seq, name, values, path, local)
+        self._aggregator = aggregator
+        self._codec = codec
+        self._marker = marker
+        self._column = column
+        self._spool_path = local.with_suffix(".jsonl")
+        self._spool: IO[bytes] = open(self._spool_path, "wb")  # noqa: SIM115 - closed in finish
+        self._size = 0
+        self._chunks: list[Chunk] = []
+        self._chunk = Chunk(0, 0, 0)  # the chunk being spooled
+        self.encoded_natively = False
+
+    def write(self, item: Any) -> None:
+        """Append the payloads of a part of a batch: a binary Arrow array, none with a line
+        break."""
+        payloads = cast(pa.Array, item)
+        lines = pc.binary_join(pa.ListArray.from_arrays([0, len(payloads)], payloads), b"\n")
+        data = lines[0].as_buffer()
+        self._spool.write(data)
+        self._spool.write(b"\n")
+        self._size += data.size + 1
+        self.records += len(payloads)
+        self._chunk = Chunk(self._chunk.start, self._size, self._chunk.rows + len(payloads))
+        if self._chunk.end - self._chunk.start >= CHUNK_BYTES:
+            self._chunks.append(self._chunk)
+            self._chunk = Chunk(self._size, self._size, 0)
+
+    def size(self) -> int:
+        return self._size
+
+    def bytes_per_record(self) -> float | None:
+        """The mean size of a spooled payload so far (None before the first)."""
+        return self._size / self.records if self.records else None
+
+    def finish(self) -> dict[str, Any]:
+        self._spool.close()
+        chunks = self._chunks + ([self._chunk] if self._chunk.rows else [])
+        native = encode_file(self._spool_path, chunks, self._codec)
+        if native is not None:
+            try:
+                self._write_blocks(native.schema, native.blocks)
+                self.encoded_natively = True
+                self.discard()
+                return native.schema
+            except ValueError:  # a chunk read otherwise the second time: the row path writes it
+                pass
+        for payload in self._parsed():  # the schema must be final before the header
+            self._aggregator.add(payload)
+        schema = write_payloads(
+            self.local, self._aggregator, self._parsed(), self._codec, self._marker
+        )
+        self.discard()
+        return schema
+
+    def discard(self) -> None:
+        self._spool.close()
+        self._spool_path.unlink(missing_ok=True)
+
+    def _write_blocks(self, schema: dict[str, Any], blocks: Iterable[tuple[int, bytes]]) -> None:
+        from kafka_txn_sink.files.arrow_avro import block_bytes
+
+        with open(self.local, "wb") as out:
+            out.write(avro_header(schema, self._codec, self._marker))
+            for records, data in blocks:
+                out.write(block_bytes(records, data, self._marker))
+
+    def _parsed(self) -> Iterator[Any]:
+        """The spooled payloads, parsed (read again for each pass: none stays in memory)."""
+        with open(self._spool_path, "rb") as spool:
+            for number, line in enumerate(spool, start=1):
+                yield self._parse(line, number)
+
+    def _parse(self, line: bytes, number: int) -> Any:
+        where = f"payload {number} of the file for {self.path or 'the output directory'}"
+        try:
+            payload = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise InputError(f"column {self._column} is not valid JSON ({where}): {exc}") from None
+        if not isinstance(payload, dict):
+            raise InputError(
+                f"column {self._column} holds a JSON {type(payload).__name__}, not an object "
+                f"({where})"
+            )
+        return payload
 
 
 class FileSet:
@@ -330,8 +457,11 @@ class FileSet:
 
     def accepts(self, schema: pa.Schema) -> bool:
         """True when Arrow batches of `schema` are encoded natively (`add_batch`); otherwise
-        their rows go through `add` (payload mode, or types the native encoder would write
-        otherwise than the schema says)."""
+        their rows go through `add` (types the native encoder would write otherwise than the
+        schema says; in payload mode, a payload column neither string nor binary)."""
+        if self._plan.payload_column is not None:
+            payloads = schema.field(self._plan.payload_column).type
+            return pa.types.is_string(payloads) or pa.types.is_binary(payloads)
         if schema not in self._encoders:
             self._encoders[schema] = self._native_encoder(schema)
         return self._encoders[schema] is not None
@@ -345,23 +475,22 @@ class FileSet:
             InputError: a row cannot be written (a null time or a null where none may be).
             StagingError: a finished file could not be uploaded.
         """
-        from kafka_txn_sink.files.arrow_split import split_batch
-
         if self._closed:
             raise StagingError("this FileSet is closed")
+        if self._plan.payload_column is not None:
+            payloads = _spoolable(batch, self._plan.payload_column)
+            if payloads is None:
+                self._add_rows(batch)
+                return
+            for values, rows in self._split(batch):
+                self._write_payloads(values, payloads if rows is None else payloads.take(rows))
+            return
         encoder = self._encoders[batch.schema] if self.accepts(batch.schema) else None
         data = encoder.prepare(batch.select(self._plan.data_indexes)) if encoder else None
         if encoder is None or data is None:
-            if self._rows_of_batch is None:
-                self._rows_of_batch = arrow_rows(self._plan.schema)
-            for row in self._rows_of_batch(batch):
-                self.add(row)
+            self._add_rows(batch)
             return
-        try:
-            parts = split_batch(batch, self._plan.spec)
-        except InputError as exc:
-            raise self._batch_error(exc) from None
-        for values, rows in parts:
+        for values, rows in self._split(batch):
             self._write_part(values, data if rows is None else data.take(rows), encoder)
 
     def close(self) -> list[WrittenFile]:
@@ -412,13 +541,28 @@ class FileSet:
             pa.schema(data), self._plan.data_schema(), self._spark[0], self._plan.codec
         )
 
+    def _add_rows(self, batch: pa.RecordBatch) -> None:
+        """Every row of `batch` through `add`, as PySpark's row writer would give them."""
+        if self._rows_of_batch is None:
+            self._rows_of_batch = arrow_rows(self._plan.schema)
+        for row in self._rows_of_batch(batch):
+            self.add(row)
+
+    def _split(self, batch: pa.RecordBatch) -> list[tuple[PartitionValues, pa.Array | None]]:
+        from kafka_txn_sink.files.arrow_split import split_batch
+
+        try:
+            return split_batch(batch, self._plan.spec)
+        except InputError as exc:
+            raise self._batch_error(exc) from None
+
     def _write_part(self, values: PartitionValues, part: pa.Table, encoder: NativeEncoder) -> None:
         """Rows of one directory, in chunks that end where the open file must roll."""
         offset = 0
         while offset < part.num_rows:
             out = self._file_for(values, native=True)
             assert isinstance(out, _BlockFile)
-            count = self._rows_to_fill(out, part, offset)
+            count = self._rows_to_fill(out, part.num_rows - offset, part.nbytes / part.num_rows)
             for block in encoder.blocks(part.slice(offset, count)):
                 out.write(block)
             offset += count
@@ -426,14 +570,27 @@ class FileSet:
             self.native_rows += count
             self._roll_if_full(out)
 
-    def _rows_to_fill(self, out: _BlockFile, part: pa.Table, offset: int) -> int:
-        """How many of the rows left fill `out` to its record or byte limit (an estimate for
-        bytes: the file's mean record so far, or the rows' Arrow size before the first)."""
-        count = part.num_rows - offset
+    def _write_payloads(self, values: PartitionValues, payloads: pa.Array) -> None:
+        """Payloads of one directory, spooled in chunks that end where the file must roll."""
+        offset = 0
+        while offset < len(payloads):
+            out = self._file_for(values, native=True)
+            assert isinstance(out, _NativePayloadFile)
+            left = len(payloads) - offset
+            count = self._rows_to_fill(out, left, payloads.nbytes / len(payloads))
+            out.write(payloads.slice(offset, count))
+            offset += count
+            self.rows += count
+            self._roll_if_full(out)
+
+    def _rows_to_fill(self, out: _BlockFile | _NativePayloadFile, left: int, mean: float) -> int:
+        """How many of the `left` rows fill `out` to its record or byte limit (an estimate for
+        bytes: the file's mean record so far, else `mean`, the rows' mean Arrow size)."""
+        count = left
         limit = self._plan.max_records_per_file
         if limit:
             count = min(count, limit - out.records)
-        per_record = out.bytes_per_record() or part.nbytes / part.num_rows
+        per_record = out.bytes_per_record() or mean
         room = self._plan.max_bytes_per_file - out.size()
         return max(1, min(count, math.ceil(room / max(per_record, 1.0))))
 
@@ -441,7 +598,7 @@ class FileSet:
         """The open file of `values` (most recently used now), started if there is none or
         if the one open is of the other path."""
         out = self._open.get(values)
-        if out is not None and isinstance(out, _BlockFile) != native:
+        if out is not None and out.native != native:
             del self._open[values]
             self._finish(out)
             out = None
@@ -512,9 +669,24 @@ class FileSet:
                 )
             else:
                 aggregator = SchemaAggregator(irreconcilable=self._plan.irreconcilable)
-                out = _PayloadFile(
-                    seq, name, values, path, local, aggregator, self._plan.codec, marker
-                )
+                if native:
+                    column = self._plan.payload_column
+                    assert column is not None
+                    out = _NativePayloadFile(
+                        seq,
+                        name,
+                        values,
+                        path,
+                        local,
+                        aggregator,
+                        self._plan.codec,
+                        marker,
+                        column,
+                    )
+                else:
+                    out = _PayloadFile(
+                        seq, name, values, path, local, aggregator, self._plan.codec, marker
+                    )
         except OSError as exc:
             raise StagingError(f"cannot create a local file in {self._spool}: {exc}") from exc
         self._open[values] = out
@@ -525,6 +697,8 @@ class FileSet:
         try:
             schema, schema_fingerprint = self._shared(out.finish())
             size = out.local.stat().st_size
+            if isinstance(out, _NativePayloadFile) and out.encoded_natively:
+                self.native_rows += out.records
         except OSError as exc:
             raise StagingError(f"cannot write the local file {out.local}: {exc}") from exc
         name = stored_name(out.path, out.name)
@@ -553,3 +727,28 @@ class FileSet:
 
     def _remove_spool(self) -> None:
         shutil.rmtree(self._spool, ignore_errors=True)
+
+
+def _spoolable(batch: pa.RecordBatch, column: str) -> pa.Array | None:
+    """The payloads of `batch` as binary, when every one can be spooled as one line of a JSON
+    object: none null, none with a line break, each starting with `{` (after spaces). Else
+    None: the batch goes row by row, which names the bad row or takes the line breaks."""
+    payloads = batch.column(column)
+    if payloads.null_count:
+        return None
+    try:
+        text = payloads if pa.types.is_string(payloads.type) else payloads.cast(pa.string())
+    except pa.ArrowInvalid:  # not UTF-8: the row path decides (json.loads reads UTF-16/32)
+        return None
+    binary = text.view(pa.binary())
+    first = binary.offset
+    offsets = np.frombuffer(binary.buffers()[1], np.int32)[first : first + len(binary) + 1]
+    data = np.frombuffer(binary.buffers()[2], np.uint8)
+    if offsets[-1] > offsets[0] and (data[offsets[0] : offsets[-1]] == ord("\n")).any():
+        return None
+    starts = offsets[:-1]
+    if (offsets[1:] > starts).all() and (data[starts] == ord("{")).all():
+        return binary
+    if pc.all(pc.starts_with(pc.utf8_ltrim_whitespace(text), "{")).as_py():
+        return binary  # some begin with spaces
+    return None

@@ -355,14 +355,11 @@ def test_a_null_time_fails_naming_the_column(tmp_path: Path) -> None:
         files.add_batch(batch)
 
 
-def test_void_columns_and_payload_mode_take_the_row_path(tmp_path: Path) -> None:
+def test_void_columns_take_the_row_path(tmp_path: Path) -> None:
     void = StructType([StructField("id", LongType()), StructField("nothing", NullType())])
-    payload = StructType([StructField("payload", StringType())])
     sink = LocalFileSink(tmp_path)
     with FileSet(plan_files(void), sink, FileNaming(1, 0, 0)) as files:
         assert not files.accepts(to_arrow_schema(void))
-    with FileSet(plan_files(payload, payload_column="payload"), sink, FileNaming(1, 0, 0)) as f:
-        assert not f.accepts(to_arrow_schema(payload))
 
 
 def test_shape_ignores_names_but_not_types() -> None:
