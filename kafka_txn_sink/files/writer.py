@@ -248,8 +248,7 @@ class _PayloadFile(_OpenFile):
         self._spool.seek(0)
         read = self._spool.read
         sizes = (int.from_bytes(read(4), "little") for _ in range(self.records))
-        payloads = (marshal.loads(read(size)) for size in sizes)
-        schema = write_payloads(self.local, self._aggregator, payloads, self._codec, self._marker)
+        schema = self._write_records(marshal.loads(read(size)) for size in sizes)
         self.discard()
         return schema
 
@@ -257,27 +256,20 @@ class _PayloadFile(_OpenFile):
         self._spool.close()
         self._spool_path.unlink(missing_ok=True)
 
-
-def write_payloads(
-    local: Path,
-    aggregator: SchemaAggregator,
-    payloads: Iterable[Any],
-    codec: Codec,
-    marker: bytes,
-) -> dict[str, Any]:
-    """Write the Avro file of payloads already added to `aggregator`, by the row path; its
-    schema."""
-    schema = aggregator.schema()
-    with open(local, "wb") as out:
-        writer = Writer(out, schema, codec=codec, sync_marker=marker)
-        conform = aggregator.conform
-        for payload in payloads:
-            writer.write(conform(payload))
-        writer.flush()
-    return schema
+    def _write_records(self, payloads: Iterable[Any]) -> dict[str, Any]:
+        """Write the Avro file of payloads already added to the aggregator, with fastavro; its
+        schema."""
+        schema = self._aggregator.schema()
+        with open(self.local, "wb") as out:
+            writer = Writer(out, schema, codec=self._codec, sync_marker=self._marker)
+            conform = self._aggregator.conform
+            for payload in payloads:
+                writer.write(conform(payload))
+            writer.flush()
+        return schema
 
 
-class _NativePayloadFile(_OpenFile):
+class _NativePayloadFile(_PayloadFile):
     """Payload mode on the Arrow path: payloads spooled as text, one per line, and the file
     written at finish natively (`payload_arrow`) when Arrow's reading of them follows the rules,
     else by the row path from the same spool."""
@@ -296,13 +288,8 @@ class _NativePayloadFile(_OpenFile):
         marker: bytes,
         column: str,
     ):
-        super().__init__(seq, name, values, path, local)
-        self._aggregator = aggregator
-        self._codec = codec
-        self._marker = marker
+        super().__init__(seq, name, values, path, local, aggregator, codec, marker)
         self._column = column
-        self._spool_path = local.with_suffix(".jsonl")
-        self._spool: IO[bytes] = open(self._spool_path, "wb")  # noqa: SIM115 - closed in finish
         self._size = 0
         self._chunks: list[Chunk] = []
         self._chunk = Chunk(0, 0, 0)  # the chunk being spooled
@@ -344,15 +331,9 @@ class _NativePayloadFile(_OpenFile):
                 pass
         for payload in self._parsed():  # the schema must be final before the header
             self._aggregator.add(payload)
-        schema = write_payloads(
-            self.local, self._aggregator, self._parsed(), self._codec, self._marker
-        )
+        schema = self._write_records(self._parsed())
         self.discard()
         return schema
-
-    def discard(self) -> None:
-        self._spool.close()
-        self._spool_path.unlink(missing_ok=True)
 
     def _write_blocks(self, schema: dict[str, Any], blocks: Iterable[tuple[int, bytes]]) -> None:
         from kafka_txn_sink.files.arrow_avro import block_bytes
@@ -369,17 +350,26 @@ class _NativePayloadFile(_OpenFile):
                 yield self._parse(line, number)
 
     def _parse(self, line: bytes, number: int) -> Any:
-        where = f"payload {number} of the file for {self.path or 'the output directory'}"
         try:
-            payload = json.loads(line)
-        except (ValueError, RecursionError) as exc:
-            raise InputError(f"column {self._column} is not valid JSON ({where}): {exc}") from None
-        if not isinstance(payload, dict):
-            raise InputError(
-                f"column {self._column} holds a JSON {type(payload).__name__}, not an object "
-                f"({where})"
-            )
-        return payload
+            return parse_payload(line, self._column)
+        except InputError as exc:
+            where = f"payload {number} of the file for {self.path or 'the output directory'}"
+            raise InputError(f"{exc} ({where})") from None
+
+
+def parse_payload(text: str | bytes, column: str) -> dict[str, Any]:
+    """One payload of `column`, parsed: a JSON object.
+
+    Raises:
+        InputError: it is not valid JSON, or not an object (the message names the column).
+    """
+    try:
+        payload = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"column {column} is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise InputError(f"column {column} holds a JSON {type(payload).__name__}, not an object")
+    return payload
 
 
 class FileSet:
@@ -629,15 +619,7 @@ class FileSet:
             text = row[index]
             if text is None:
                 raise InputError(f"column {column} is null; every row needs a JSON object")
-            try:
-                payload = json.loads(text)
-            except (ValueError, RecursionError) as exc:
-                raise InputError(f"column {column} is not valid JSON: {exc}") from None
-            if not isinstance(payload, dict):
-                raise InputError(
-                    f"column {column} holds a JSON {type(payload).__name__}, not an object"
-                )
-            return payload
+            return parse_payload(text, column)
 
         return read
 
