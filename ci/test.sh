@@ -11,7 +11,7 @@ echo "== mypy"
 .venv/bin/mypy
 echo "== pytest $*"
 status=0
-.venv/bin/pytest "$@" || status=$?
+.venv/bin/pytest --durations=30 "$@" || status=$?
 if [[ $status -eq 5 ]]; then
   echo "test.sh: pytest collected no tests: that is a failure" >&2
   exit 1
