@@ -22,14 +22,14 @@ partitions in several batches (2 partitions, `--rows` in 4 batches); and two row
   payload     kafka_txn files, the JSON value as payload      log12
 
 All run on PySpark 4.2 (`--spark42-python`; kafka_txn takes Arrow batches) and, beside it, the
-row path of this venv's PySpark 4.0 (LINE40_WRITERS). One Spark application per line and round
-runs every query of that round in turn; the order of the writers rotates from round to round.
+row path of this venv's PySpark 4.0 (LINE40_WRITERS). One Spark application per line runs every
+round in turn; the order of the writers rotates from round to round.
 A query's rate is its rows over its batches' `triggerExecution`, without its first batch when
 it has several; a writer's figure is the median over the rounds after the first (the first warms
 up the JVM and the Python workers; with one round, that round), with the spread (min-max).
 Ratios are taken round by round (writers of the same round), then the same median and spread.
 Then the peak RSS of the executor Python worker that wrote one partition of `--memory-rows` and
-of 16 times that (fresh applications, records and files mode, per line), and the driver's commit
+of 16 times that (fresh applications, records, files and payload mode, per line), and the driver's commit
 overhead (commit_overhead.py). Every Kafka writer runs with its client's defaults unless
 `--shared-producer` gives all of them the same batching settings (SHARED_PRODUCER); Avro files
 are uncompressed on both sides unless `--avro-codec` names another codec for both.
@@ -188,7 +188,7 @@ class Bench:
         run = run.replace(".", "")
         spark_partitions = writer.partitioned and writer.format == "avro"  # kafka_txn: an option
         return {
-            "name": f"{line}|{cell.key}|{key}",
+            "name": f"{line}|{cell.key}|{key}|r{round_no}",
             "bootstrap": self.bootstrap,
             "input": cell.topic,
             "per_batch": cell.per_batch,
@@ -273,30 +273,29 @@ def preload(bench: Bench, variants: list[str], shapes: list[str], rows: int) -> 
 def run_rounds(
     bench: Bench, lines: list[Line], cells: list[Cell], writers: list[str], rounds: int
 ) -> Rates:
-    """Every round: one application per line running each writer on each cell, in turn."""
+    """One application per line runs every round in turn: each writer on each cell, in an
+    order that rotates from round to round. The first round warms up the application's JVM
+    and Python workers (a cold first query runs at a third of its warm rate) and is left out
+    of the figures when there are more."""
     rates: Rates = {}
-    for round_no in range(rounds):
-        for line in lines:
-            keys = [k for k in rotated(writers, round_no) if runs_on(k, line.tag)]
-            queries = [
-                bench.query(k, cell, line.tag, round_no)
-                for cell in cells
-                for k in keys
-                if cell.variant in WRITERS[k].variants
-            ]
-            started = time.monotonic()
-            for name, batches in run_app(line, queries).items():
-                line_tag, cell_key, key = name.split("|")
-                rates.setdefault((line_tag, cell_key, key), []).append(rows_per_s(batches))
-                print(
-                    f"  round {round_no} {name:<36} {rows_per_s(batches):>10,.0f} rows/s {batches}",
-                    flush=True,
-                )
-            print(
-                f"round {round_no}, Spark {line.tag}: {len(queries)} queries in "
-                f"{time.monotonic() - started:.0f} s",
-                flush=True,
-            )
+    for line in lines:
+        queries = [
+            bench.query(k, cell, line.tag, round_no)
+            for round_no in range(rounds)
+            for cell in cells
+            for k in rotated(writers, round_no)
+            if runs_on(k, line.tag) and cell.variant in WRITERS[k].variants
+        ]
+        started = time.monotonic()
+        for name, batches in run_app(line, queries).items():
+            line_tag, cell_key, key, _ = name.split("|")
+            rates.setdefault((line_tag, cell_key, key), []).append(rows_per_s(batches))
+            print(f"  {name:<40} {rows_per_s(batches):>10,.0f} rows/s {batches}", flush=True)
+        print(
+            f"Spark {line.tag}: {rounds} round(s), {len(queries)} queries in "
+            f"{time.monotonic() - started:.0f} s",
+            flush=True,
+        )
     return rates
 
 
@@ -305,21 +304,29 @@ def runs_on(key: str, tag: str) -> bool:
     return tag != "4.0" or key in LINE40_WRITERS
 
 
+MEMORY_INPUTS = {  # mode -> (row variant, bench_job shape)
+    "records": ("100b", "kafka"),
+    "files": ("100b", "files"),
+    "payload": ("log12", "payload"),
+}
+
+
 def memory(bench: Bench, line: Line, base_rows: int) -> dict[str, dict[int, int]]:
-    """Peak RSS (KiB) of the worker that wrote one partition of 1x and 16x base_rows."""
-    peaks: dict[str, dict[int, int]] = {"records": {}, "files": {}}
+    """Peak RSS (KiB) of the worker that wrote one partition of 1x and 16x base_rows, per mode
+    (payload mode: log12 JSON values as the payload column)."""
+    peaks: dict[str, dict[int, int]] = {mode: {} for mode in MEMORY_INPUTS}
     for factor in (1, 16):
         rows = base_rows * factor
-        topic = f"bench_mem_{uuid.uuid4().hex[:8]}"
-        create_topics(bench.bootstrap, 1, topic)
-        produce_all(bench.bootstrap, topic, make_data("100b", rows))
-        cell = Cell("100b", "memory", topic, 1, rows, 0.0, 0.0)
-        for mode in peaks:
-            peaks[mode][rows] = memory_peak(bench, line, cell, mode, factor)
+        for mode, (variant, shape) in MEMORY_INPUTS.items():
+            topic = f"bench_mem_{uuid.uuid4().hex[:8]}"
+            create_topics(bench.bootstrap, 1, topic)
+            produce_all(bench.bootstrap, topic, make_data(variant, rows))
+            cell = Cell(variant, "memory", topic, 1, rows, 0.0, 0.0)
+            peaks[mode][rows] = memory_peak(bench, line, cell, mode, shape, factor)
     return peaks
 
 
-def memory_peak(bench: Bench, line: Line, cell: Cell, mode: str, factor: int) -> int:
+def memory_peak(bench: Bench, line: Line, cell: Cell, mode: str, shape: str, factor: int) -> int:
     """Peak RSS (KiB) of the task that wrote `cell` in `mode`, in a fresh application."""
     name = f"m{mode}{factor}_{line.tag}_{uuid.uuid4().hex[:6]}".replace(".", "")
     options = {**bench.txn_options(name), "transactionTimeoutMs": "600000"}
@@ -328,13 +335,15 @@ def memory_peak(bench: Bench, line: Line, cell: Cell, mode: str, factor: int) ->
         options["topic"] = out
     else:
         options.update({"referencesTopic": out, "path": str(bench.work / f"mem_{name}")})
+    if mode == "payload":
+        options["payloadColumn"] = "payload"
     query = {
         "name": name,
         "bootstrap": bench.bootstrap,
         "input": cell.topic,
         "per_batch": cell.per_batch,
-        "variant": "100b",
-        "shape": "kafka" if mode == "records" else "files",
+        "variant": cell.variant,
+        "shape": shape,
         "ddl": LOG12_DDL,
         "format": "kafka_txn_measured",
         "checkpoint": str(bench.work / f"ck_{name}"),
