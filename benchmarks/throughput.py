@@ -29,10 +29,11 @@ it has several; a writer's figure is the median over the rounds after the first 
 up the JVM and the Python workers; with one round, that round), with the spread (min-max).
 Ratios are taken round by round (writers of the same round), then the same median and spread.
 Then the peak RSS of the executor Python worker that wrote one partition of `--memory-rows` and
-of 16 times that (fresh applications, records, files and payload mode, per line), and the driver's commit
-overhead (commit_overhead.py). Every Kafka writer runs with its client's defaults unless
-`--shared-producer` gives all of them the same batching settings (SHARED_PRODUCER); Avro files
-are uncompressed on both sides unless `--avro-codec` names another codec for both.
+of 16 times that (fresh applications, records, files and payload mode, per line), and the
+driver's commit overhead (commit_overhead.py). Every Kafka writer runs with its client's
+defaults unless `--shared-producer` gives all of them the same batching settings
+(SHARED_PRODUCER); Avro files are uncompressed on both sides unless `--avro-codec` names another
+codec for both.
 """
 
 from __future__ import annotations
