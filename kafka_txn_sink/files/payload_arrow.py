@@ -37,27 +37,16 @@ from polars_avro import AvroError
 from kafka_txn_sink.files.arrow_avro import NativeEncoder, all_valid, list_parts, shape
 from kafka_txn_sink.files.avro_names import AvroType, avro_field, avro_field_names, is_nullable
 from kafka_txn_sink.files.json_schema import finalize, merge
+from kafka_txn_sink.files.payload_spool import CHUNK_BYTES, Chunk
 from kafka_txn_sink.files.plan import Codec
 
 ROOT = "Payload"
-# Small enough that a worker's peak memory does not grow with a file's size (16 MiB chunks and
-# 64 MiB kept grew it 1.7x from 25k to 400k rows), large enough to amortize each read.
-CHUNK_BYTES = 2 * 1024 * 1024
 KEEP_BYTES = 2 * CHUNK_BYTES  # of Arrow data read in the first pass and encoded without a reread
 _READ_FAILURES = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 
 
 class _Unsupported(Exception):
     """The native path cannot write this file as the rules say; the row path will."""
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """Whole lines of a spool: bytes `start` to `end`, `rows` payloads."""
-
-    start: int
-    end: int
-    rows: int
 
 
 @dataclass(frozen=True)

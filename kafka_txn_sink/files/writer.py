@@ -57,7 +57,7 @@ from kafka_txn_sink.files.avro_names import fingerprint
 from kafka_txn_sink.files.json_schema import SchemaAggregator
 from kafka_txn_sink.files.naming import FileNaming, stored_name
 from kafka_txn_sink.files.partitioning import PartitionValues
-from kafka_txn_sink.files.payload_arrow import CHUNK_BYTES, Chunk, encode_file
+from kafka_txn_sink.files.payload_spool import CHUNK_BYTES, Chunk
 from kafka_txn_sink.files.plan import Codec, FilePlan
 from kafka_txn_sink.files.references import WrittenFile
 from kafka_txn_sink.files.spark_avro import row_converter
@@ -90,6 +90,11 @@ class _OpenFile(ABC):
 
     @abstractmethod
     def size(self) -> int: ...
+
+    def bytes_per_record(self) -> float | None:
+        """The mean size of a record written so far, where a file knows it (native files,
+        which roll by it)."""
+        return None
 
     @abstractmethod
     def finish(self) -> dict[str, Any]:
@@ -319,6 +324,8 @@ class _NativePayloadFile(_PayloadFile):
 
     def finish(self) -> dict[str, Any]:
         self._spool.close()
+        from kafka_txn_sink.files.payload_arrow import encode_file
+
         chunks = self._chunks + ([self._chunk] if self._chunk.rows else [])
         native = encode_file(self._spool_path, chunks, self._codec)
         if native is not None:
@@ -547,33 +554,42 @@ class FileSet:
             raise self._batch_error(exc) from None
 
     def _write_part(self, values: PartitionValues, part: pa.Table, encoder: NativeEncoder) -> None:
-        """Rows of one directory, in chunks that end where the open file must roll."""
-        offset = 0
-        while offset < part.num_rows:
-            out = self._file_for(values, native=True)
-            assert isinstance(out, _BlockFile)
-            count = self._rows_to_fill(out, part.num_rows - offset, part.nbytes / part.num_rows)
+        """Rows of one directory, natively encoded into blocks."""
+
+        def write(out: _OpenFile, offset: int, count: int) -> None:
             for block in encoder.blocks(part.slice(offset, count)):
                 out.write(block)
-            offset += count
-            self.rows += count
             self.native_rows += count
-            self._roll_if_full(out)
+
+        self._write_native(values, part.num_rows, part.nbytes / part.num_rows, write)
 
     def _write_payloads(self, values: PartitionValues, payloads: pa.Array) -> None:
-        """Payloads of one directory, spooled in chunks that end where the file must roll."""
-        offset = 0
-        while offset < len(payloads):
-            out = self._file_for(values, native=True)
-            assert isinstance(out, _NativePayloadFile)
-            left = len(payloads) - offset
-            count = self._rows_to_fill(out, left, payloads.nbytes / len(payloads))
+        """Payloads of one directory, spooled as text."""
+
+        def write(out: _OpenFile, offset: int, count: int) -> None:
             out.write(payloads.slice(offset, count))
+
+        self._write_native(values, len(payloads), payloads.nbytes / len(payloads), write)
+
+    def _write_native(
+        self,
+        values: PartitionValues,
+        rows: int,
+        mean: float,
+        write: Callable[[_OpenFile, int, int], None],
+    ) -> None:
+        """`rows` rows of one directory (`mean`: their mean Arrow size) to its native file, in
+        slices that end where the file must roll; `write(out, offset, count)` writes a slice."""
+        offset = 0
+        while offset < rows:
+            out = self._file_for(values, native=True)
+            count = self._rows_to_fill(out, rows - offset, mean)
+            write(out, offset, count)
             offset += count
             self.rows += count
             self._roll_if_full(out)
 
-    def _rows_to_fill(self, out: _BlockFile | _NativePayloadFile, left: int, mean: float) -> int:
+    def _rows_to_fill(self, out: _OpenFile, left: int, mean: float) -> int:
         """How many of the `left` rows fill `out` to its record or byte limit (an estimate for
         bytes: the file's mean record so far, else `mean`, the rows' mean Arrow size)."""
         count = left

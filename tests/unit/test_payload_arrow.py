@@ -23,7 +23,8 @@ from kafka_txn_sink.errors import InputError
 from kafka_txn_sink.files import payload_arrow, writer
 from kafka_txn_sink.files.json_schema import Irreconcilable
 from kafka_txn_sink.files.naming import FileNaming
-from kafka_txn_sink.files.payload_arrow import CHUNK_BYTES, KEEP_BYTES
+from kafka_txn_sink.files.payload_arrow import KEEP_BYTES
+from kafka_txn_sink.files.payload_spool import CHUNK_BYTES
 from kafka_txn_sink.files.plan import FilePlan, plan_files
 from kafka_txn_sink.files.references import WrittenFile
 from kafka_txn_sink.files.writer import FileSet
