@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kafka_txn_sink.commit_log import JsonCommitLog, open_commit_log
+from kafka_txn_sink.commit_log import JsonCommitLog, json_log, open_commit_log
 from kafka_txn_sink.commit_log.json_log import HINT, completion_name, decision_name
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
 from kafka_txn_sink.protocol.messages import Completion
@@ -77,6 +77,32 @@ def test_decision_stored_under_another_batch_is_an_error(
     storage.put(decision_name(5), make_decision(4).to_json())
     with pytest.raises(CommitLogError, match="holds the decision of batch 4"):
         log.decision(5)
+
+
+def test_a_record_is_parsed_again_only_when_its_bytes_change(
+    log: JsonCommitLog, storage: LocalStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parsed: list[str] = []
+    real_parse = json_log.parse_record
+
+    def counting_parse(where: str, data: bytes, parse: Any) -> Any:
+        parsed.append(where)
+        return real_parse(where, data, parse)
+
+    monkeypatch.setattr(json_log, "parse_record", counting_parse)
+    written = make_decision(7)
+    log.put_decision(written)
+    assert log.decision(7) == written
+    assert log.latest_decision() == written
+    assert parsed == []  # kept from the write: read back, compared, not parsed
+
+    other = make_decision(7, query_id="query-2")
+    storage.put(decision_name(7), other.to_json())  # as if the log were replaced by hand
+    assert log.decision(7) == other
+    assert len(parsed) == 1
+    storage.put(decision_name(7), b"{not json")
+    with pytest.raises(CommitLogError):
+        log.decision(7)
 
 
 def test_stray_files_are_not_batches(log: JsonCommitLog, storage: LocalStorage) -> None:
