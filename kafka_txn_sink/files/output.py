@@ -9,6 +9,7 @@ file. `abort` drops what is not uploaded; uploaded files of a failed attempt sta
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kafka_txn_sink.files.naming import FileNaming
@@ -51,14 +52,15 @@ class FilesOutput:
         self._sink = open_file_sink(options.files.path, options.s3)
         self._files = FileSet(plan, self._sink, FileNaming(batch_id, partition, attempt))
 
-    def add_row(self, row: Any) -> None:
-        """Write one row (a pyspark Row or tuple in the order of the plan's schema).
+    def add_rows(self, rows: Sequence[Any]) -> None:
+        """Write rows (tuples in the order of the plan's schema), in order.
 
         Raises:
-            InputError: the row cannot be written; the message names the column and row.
+            InputError: a row cannot be written; the message names the column and row.
             StagingError: a finished file could not be uploaded.
         """
-        self._files.add(row)
+        for row in rows:
+            self._files.add(row)
 
     def add_batch(self, batch: pa.RecordBatch) -> None:
         """Write every row of one Arrow record batch (`FileSet.add_batch`).

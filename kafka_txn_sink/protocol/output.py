@@ -44,11 +44,12 @@ class Transaction(Protocol):
 class TaskOutput(Protocol):
     """One task attempt's share of one output, bound to the task's open transaction."""
 
-    def add_row(self, row: Any) -> None:
-        """Take one input row (the row writer, PySpark 4.0).
+    def add_rows(self, rows: Sequence[Any]) -> None:
+        """Take input rows, as tuples in the order of the input's columns (the row writer,
+        PySpark 4.0).
 
         Raises:
-            InputError: the row cannot be written; the message names the column.
+            InputError: a row cannot be written; the message names the column.
         """
         ...
 

@@ -7,6 +7,7 @@ ignored, as Spark's sink does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from pyspark.sql.types import (
 from kafka_txn_sink.errors import ConfigError, InputError
 
 _BYTES_TYPES = (BinaryType, StringType)
+_BYTES_OR_NONE = {bytes, type(None)}
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,23 @@ def as_bytes(value: Any, column: str) -> bytes | None:
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     raise InputError(f"column {column} holds a {type(value).__name__}, not string or binary")
+
+
+def bytes_cells(cells: Sequence[Any], column: str) -> Sequence[bytes | None]:
+    """A column's cells as bytes (None stays None), converted in one C-level pass when they
+    are all of one kind (PySpark's rows carry binary as bytearray); `as_bytes` otherwise.
+
+    Raises:
+        InputError: a cell is neither string nor binary.
+    """
+    kinds = set(map(type, cells))
+    if kinds <= _BYTES_OR_NONE:
+        return cells
+    if kinds == {bytearray}:
+        return list(map(bytes, cells))
+    if kinds == {str}:
+        return list(map(str.encode, cells))
+    return [as_bytes(cell, column) for cell in cells]
 
 
 def as_headers(value: Any) -> list[tuple[str, bytes | None]] | None:

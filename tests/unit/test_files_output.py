@@ -105,8 +105,7 @@ def read_file(location: str) -> tuple[dict[str, bytes], bytes, list[Any]]:
 def test_one_reference_per_written_file_and_the_refs_returned(tmp_path: Path) -> None:
     txn = FakeTxn()
     output = open_output(tmp_path, txn, maxRecordsPerFile="3")
-    for row in rows(10):
-        output.add_row(row)
+    output.add_rows(rows(10))
     assert txn.sent == []  # nothing is referenced before close
 
     refs = output.close()
@@ -131,7 +130,7 @@ def test_one_reference_per_written_file_and_the_refs_returned(tmp_path: Path) ->
 def test_a_large_schema_is_stored_beside_the_files(tmp_path: Path) -> None:
     txn = FakeTxn()
     output = open_output(tmp_path, txn, schemaInlineMaxBytes="10")
-    output.add_row((1, "ann", START))
+    output.add_rows([(1, "ann", START)])
 
     (ref,) = output.close()
 
@@ -148,8 +147,8 @@ def test_arrow_batches_write_what_rows_write(tmp_path: Path) -> None:
     row_output = open_output(tmp_path / "rows", by_rows)
     batch_output = open_output(tmp_path / "batches", by_batches)
     data = rows(6)
-    for row in data:
-        row_output.add_row(row)
+    row_output.add_rows(data[:2])
+    row_output.add_rows(data[2:])
     columns = list(zip(*data, strict=True))
     batch = pa.record_batch(
         [pa.array(columns[0], pa.int64()), pa.array(columns[1]), pa.array(columns[2])],
@@ -180,8 +179,7 @@ def test_nothing_written_references_nothing(tmp_path: Path) -> None:
 def test_abort_references_nothing_and_uploads_nothing_more(tmp_path: Path) -> None:
     txn = FakeTxn()
     output = open_output(tmp_path, txn)
-    for row in rows(4):
-        output.add_row(row)
+    output.add_rows(rows(4))
 
     output.abort()
 
