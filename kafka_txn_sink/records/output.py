@@ -1,8 +1,9 @@
 """Records mode as an output of the task: each input row becomes one Kafka record.
 
-Rows come as Spark `Row`s (the row writer) or as Arrow record batches (the Arrow writer,
-PySpark 4.1+); either way each record is produced into the task's transaction, with the
-columns `value`, `key`, `topic`, `partition` and `headers` as Spark's own Kafka sink reads them.
+Rows come from the row writer (as tuples, a group at a time) or as Arrow record batches (the
+Arrow writer, PySpark 4.1+); either way each record is produced into the task's transaction,
+with the columns `value`, `key`, `topic`, `partition` and `headers` as Spark's own Kafka sink
+reads them.
 """
 
 from __future__ import annotations
