@@ -51,6 +51,17 @@ def parse(argv: list[str]) -> Config:
         help="keyed with the changes README.md proposes (superseded runs stop for good)",
     )
     parser.add_argument(
+        "--late-writes",
+        type=int,
+        default=0,
+        help="commit-log writes whose outcome is unknown to the writer (they may land later)",
+    )
+    parser.add_argument(
+        "--outcome-register",
+        action="store_true",
+        help="keyed: abort() races commit() for the decision key; nothing aborted in doubt",
+    )
+    parser.add_argument(
         "--progress",
         action="store_true",
         help="require that some run finishes unless a driver crashed or a transaction timed out",
@@ -73,6 +84,8 @@ def parse(argv: list[str]) -> Config:
         slots=args.slots,
         cleanup_reads_log_first=args.cleanup_reads_log_first,
         keyed_fixes=args.keyed_fixes,
+        late_writes=args.late_writes,
+        outcome_register=args.outcome_register,
         progress=args.progress,
         max_states=args.max_states,
     )

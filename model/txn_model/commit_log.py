@@ -27,6 +27,7 @@ class Kind(str, Enum):
     DECISION = "decision"  # batch N commits exactly these participants: the commit point
     COMPLETION = "completion"  # every participant of batch N is settled
     RELEASE = "release"  # owned: run R stopped and its tasks are done; its slot is free
+    ABORT = "abort"  # outcome register: round r of batch N decides nothing; N goes on at r + 1
 
 
 class Participant(NamedTuple):
@@ -44,6 +45,15 @@ class Entry(NamedTuple):
     batch: int = -1
     slot: int = -1
     participants: tuple[Participant, ...] = ()
+    round: int = 0  # decision and abort: the round of the batch's outcome key
+
+    def key(self) -> tuple[Kind, int, int, int]:
+        """What put-if-absent keys on: decisions and aborts share (batch, round)."""
+        if self.kind in (Kind.DECISION, Kind.ABORT):
+            return (Kind.DECISION, self.batch, self.round, -1)
+        if self.kind is Kind.COMPLETION:
+            return (self.kind, self.batch, 0, -1)
+        return (self.kind, -1, 0, self.run)
 
     def __str__(self) -> str:
         if self.kind is Kind.OWNER:
@@ -52,8 +62,11 @@ class Entry(NamedTuple):
             return f"release(run {self.run})"
         if self.kind is Kind.COMPLETION:
             return f"completion(batch {self.batch})"
+        at = f" round {self.round}" if self.round else ""
+        if self.kind is Kind.ABORT:
+            return f"abort(batch {self.batch}{at}, run {self.run})"
         parts = ", ".join(str(p.triple) for p in self.participants)
-        return f"decision(batch {self.batch}, run {self.run}: {parts})"
+        return f"decision(batch {self.batch}{at}, run {self.run}: {parts})"
 
 
 Log = tuple[Entry, ...]
@@ -85,13 +98,48 @@ def superseded_by(log: Log, run: int) -> int | None:
     return owner.run if owner is not None and owner.run != run else None
 
 
+def outcome_rounds(log: Log, batch: int) -> dict[int, Entry]:
+    """Keyed: round -> the decision or abort that holds that round of `batch`'s key."""
+    rounds: dict[int, Entry] = {}
+    for entry in log:
+        if entry.kind in (Kind.DECISION, Kind.ABORT) and entry.batch == batch:
+            rounds.setdefault(entry.round, entry)
+    return rounds
+
+
+def next_round(log: Log, batch: int) -> int:
+    """Keyed: the lowest round of `batch` no record holds; a writer puts at exactly this one."""
+    rounds = outcome_rounds(log, batch)
+    found = 0
+    while found in rounds:
+        found += 1
+    return found
+
+
+def put_if_absent(log: Log, entry: Entry) -> tuple[Log, Entry]:
+    """`entry` appended unless its key holds a record; returns the log and what holds the key."""
+    for existing in log:
+        if existing.key() == entry.key():
+            return log, existing
+    return (*log, entry), entry
+
+
 def decisions(log: Log, variant: Variant) -> dict[int, Entry]:
     """The decision that counts for each decided batch.
 
     In `owned`, the first decision of a batch whose writer was the owner when it was appended;
-    in `current` and `keyed` the first decision of the batch (the only one the log accepts).
+    in `current` and `keyed` the first decision of the batch (the only one the log accepts);
+    in `keyed` a batch's rounds are read in order, and an abort record moves on to the next.
     """
     found: dict[int, Entry] = {}
+    if variant is Variant.KEYED:
+        for batch in sorted({e.batch for e in log if e.kind is Kind.DECISION}):
+            rounds, at = outcome_rounds(log, batch), 0
+            while at in rounds and rounds[at].kind is Kind.ABORT:
+                at += 1
+            if at in rounds:
+                found[batch] = rounds[at]
+        return found
     for index, entry in enumerate(log):
         if entry.kind is not Kind.DECISION or entry.batch in found:
             continue

@@ -60,6 +60,13 @@ class Config:
     raises, and abort()'s streamWriter() refuses a driver whose run was released (as it refuses
     one whose run was superseded); a decision conflict with an older run's decision rolls that
     decision forward instead of failing the batch."""
+    late_writes: int = 0
+    """Commit-log writes whose outcome their writer does not learn (a timeout, a 5xx): the
+    request may still land at any later moment, or never. The writer treats it as failed."""
+    outcome_register: bool = False
+    """Variant keyed with one outcome per decision key: `abort()` races `commit()` for the key
+    with an abort record (put-if-absent) and aborts nothing while the batch's outcome is in
+    doubt; a replay decides at the next round (docs/protocol.md, "One outcome per key")."""
     progress: bool = False
     """Also require, in a final state, that some run finished the query unless a driver crashed
     or the coordinator timed out a transaction: overlapping drivers alone must not stop it."""
@@ -85,6 +92,10 @@ class Config:
             parts.append("cleanup_reads_log_first")
         if self.keyed_fixes:
             parts.append("keyed_fixes")
+        if self.late_writes:
+            parts.append(f"late_writes={self.late_writes}")
+        if self.outcome_register:
+            parts.append("outcome_register")
         if self.progress:
             parts.append("progress")
         return " ".join(parts)

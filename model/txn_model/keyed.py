@@ -39,6 +39,7 @@ from model.txn_model.protocol import (
     cleanup_planned,
     roll_forward,
     say,
+    send_in_doubt,
     stop_run,
     with_driver,
 )
@@ -156,9 +157,16 @@ def _decide(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     parts = tuple(Participant(m.partition, m.triple) for m in driver.messages if m.triple)
     existing = cl.decisions(world.log, KEYED).get(driver.batch)
     if existing is None:
-        decision = Entry(Kind.DECISION, driver.number, batch=driver.batch, participants=parts)
+        round_ = cl.next_round(world.log, driver.batch)
+        decision = Entry(
+            Kind.DECISION, driver.number, batch=driver.batch, participants=parts, round=round_
+        )
         text = f"puts {decision}: the commit point"
         yield say(driver, text), at_phase(append_entry(world, decision), driver, Phase.PHASE2)
+        if world.used.late_writes < config.late_writes:
+            sent = send_in_doubt(world, decision)
+            text = f"puts {decision}: the request times out, outcome unknown"
+            yield _raise(sent, driver, text, Status.FAILED)
     elif existing.participants == parts:
         yield say(driver, "finds its own decision"), at_phase(world, driver, Phase.PHASE2)
     elif existing.run > driver.number:
@@ -223,7 +231,18 @@ def _abort_check(world: World, config: Config, driver: Driver) -> Iterator[Step]
 
 def _abort_txns(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     """abort(): EndTxn(abort) by exact triple of its prepared transactions no decision holds;
-    the clean-up too if a task returned no message."""
+    the clean-up too if a task returned no message. With the outcome register, it first puts
+    an abort record at the batch's open round; while that write's outcome is unknown it aborts
+    nothing."""
+    if config.outcome_register and driver.batch not in cl.decisions(world.log, KEYED):
+        record = Entry(Kind.ABORT, _run(driver)[0], batch=driver.batch)
+        record = record._replace(round=cl.next_round(world.log, driver.batch))
+        if world.used.late_writes < config.late_writes:
+            text = f"abort(): puts {record}: the request times out; aborts nothing, stops"
+            sent = send_in_doubt(world, record)
+            assert driver.ending is not None
+            yield say(driver, text), stop_run(sent, config, driver, driver.ending, driver.reason)
+        world = append_entry(world, record)
     world = abort_undecided(world, config, driver)
     if any(m.status == "failed" for m in driver.messages):
         text = "abort(): aborts its own undecided transactions; a task failed: clean-up"

@@ -76,9 +76,9 @@ def final_violation(world: World, config: Config) -> str | None:
 
 
 def _no_progress(world: World, config: Config) -> str | None:
-    """With `config.progress`: no run finished, though no driver crashed and no transaction
-    timed out."""
-    faults = world.used.crashes or world.used.timeouts
+    """With `config.progress`: no run finished, though no driver crashed, no transaction
+    timed out and every write's outcome was known to its writer."""
+    faults = world.used.crashes or world.used.timeouts or world.used.late_writes
     if not config.progress or faults:
         return None
     ends = ", ".join(f"{d.name()} {d.status.value} ({d.reason})" for d in world.drivers)

@@ -169,6 +169,23 @@ def _environment_steps(world: World, config: Config) -> Iterator[Step]:
             )
     yield from _new_run(world, config)
     yield from _late_attempts(world, config)
+    yield from _late_writes(world)
+
+
+def send_in_doubt(world: World, entry: Entry) -> World:
+    """`world` with a write of `entry` sent but not answered: it lands later, or never."""
+    used = world.used._replace(late_writes=world.used.late_writes + 1)
+    return world._replace(in_flight=(*world.in_flight, entry), used=used)
+
+
+def _late_writes(world: World) -> Iterator[Step]:
+    """A write whose writer gave up arrives now (put-if-absent, as any write), or is lost."""
+    for index, entry in enumerate(world.in_flight):
+        rest = world.in_flight[:index] + world.in_flight[index + 1 :]
+        log, holder = cl.put_if_absent(world.log, entry)
+        landed = "lands" if holder == entry else f"is refused: {holder} holds the key"
+        yield f"the late write of {entry} {landed}", world._replace(log=log, in_flight=rest)
+        yield f"the late write of {entry} is lost", world._replace(in_flight=rest)
 
 
 def _new_run(world: World, config: Config) -> Iterator[Step]:

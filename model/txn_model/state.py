@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import NamedTuple
 
-from model.txn_model.commit_log import Log
+from model.txn_model.commit_log import Entry, Log
 from model.txn_model.config import Config, Variant
 from model.txn_model.coordinator import Coordinator, Row, Triple
 
@@ -135,6 +135,7 @@ class Used(NamedTuple):
     late_attempts: int = 0
     retries: int = 0
     zombies: int = 0
+    late_writes: int = 0
 
 
 class World(NamedTuple):
@@ -148,6 +149,7 @@ class World(NamedTuple):
     tasks: tuple[Task, ...]
     used: Used
     timed_out: frozenset[Triple]  # transactions the coordinator's timeout aborted
+    in_flight: tuple[Entry, ...] = ()  # log writes sent whose writer gave up on them
 
 
 def first_phase(variant: Variant) -> Phase:

@@ -311,3 +311,54 @@ def test_cli_prints_the_shortest_trace(capsys: pytest.CaptureFixture[str]) -> No
     assert status == 1
     assert "states: " in out and "VIOLATION: decided batch lost" in out
     assert " 1. run 1 starts on the checkpoint at batch 0 beside live run 0" in out
+
+
+# --- one outcome per decision key (issue 24.1) ---------------------------------------------------
+
+
+def test_an_abort_record_moves_the_batch_to_its_next_round() -> None:
+    aborted = Entry(Kind.ABORT, 0, batch=0)
+    late = _decision(run=0, batch=0)  # run 0's decision, arriving after its own abort record
+    log, holder = cl.put_if_absent((aborted,), late)
+
+    assert holder == aborted and log == (aborted,)  # refused: the key holds the abort
+    assert cl.decisions(log, KEYED) == {}
+    assert cl.next_round(log, 0) == 1
+    replayed = _decision(run=1, batch=0)._replace(round=1)
+    assert cl.decisions((*log, replayed), KEYED) == {0: replayed}
+
+
+def test_abort_after_a_decision_write_in_doubt_loses_the_decided_batch() -> None:
+    """The product before the outcome register: commit()'s decision write times out, Spark's
+    abort() finds no decision and aborts the participants, then the write lands."""
+    config = Config(KEYED, drivers=1, batches=1, partitions=1, keyed_fixes=True, late_writes=1)
+
+    result = explore(config)
+
+    assert result.violation is not None and result.violation.startswith("decided batch lost")
+    assert len(result.trace) == 17
+    assert "the request times out" in result.trace[12]
+    assert result.trace[-1].startswith("the late write of decision(batch 0")
+
+
+REGISTER_CONFIGS = [
+    pytest.param(Config(KEYED, drivers=1, batches=1, partitions=1), id="one-driver"),
+    pytest.param(Config(KEYED, drivers=2, batches=1, partitions=1), id="two-drivers"),
+    pytest.param(Config(KEYED, drivers=2, batches=2, partitions=1, progress=True), id="progress"),
+    pytest.param(Config(KEYED, drivers=2, batches=1, partitions=1, crashes=1), id="crash"),
+    pytest.param(Config(KEYED, drivers=2, batches=1, partitions=1, late_attempts=1), id="late"),
+    pytest.param(Config(KEYED, drivers=2, batches=1, partitions=1, timeouts=1), id="timeout"),
+    pytest.param(Config(KEYED, drivers=2, batches=1, partitions=1, retries=1), id="task-retry"),
+]
+
+
+@pytest.mark.parametrize("config", REGISTER_CONFIGS)
+def test_the_outcome_register_keeps_every_rule_with_writes_in_doubt(config: Config) -> None:
+    config = replace(config, keyed_fixes=True, outcome_register=True, late_writes=1)
+
+    result = explore(config)
+
+    assert result.ok, "\n".join([str(result.violation), *result.trace])
+    assert result.stops.get("finished", 0) > 0
+    unfixed = explore(replace(config, outcome_register=False))
+    assert unfixed.violation is not None and unfixed.violation.startswith("decided batch lost")
