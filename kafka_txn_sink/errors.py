@@ -39,6 +39,10 @@ class CommitLogConflictError(CommitLogError):
     """A different record already exists for a batch; nothing was overwritten."""
 
 
+class DecisionInDoubtError(CommitLogError):
+    """A decision (or abort record) write failed without an answer: it may still land."""
+
+
 class SupersededError(KafkaTxnSinkError):
     """A newer run of the query (another driver) owns the sink; this one decides nothing more."""
 

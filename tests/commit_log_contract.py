@@ -9,7 +9,7 @@ tested in that format's own tests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -17,6 +17,7 @@ from kafka_txn_sink.commit_log import CommitLog, JsonCommitLog, LogFormat
 from kafka_txn_sink.commit_log.delta_log import DeltaCommitLog
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
 from kafka_txn_sink.protocol.messages import (
+    Abort,
     Completion,
     LostParticipant,
     Republish,
@@ -75,6 +76,12 @@ def completion(
     return Completion("orders", batch_id, at_ms, lost=lost, republished=republished)
 
 
+def abort_record(batch_id: int, round_: int) -> Abort:
+    """Round `round_` of batch `batch_id` of sink `orders` closed by run 0's abort()."""
+    triples = (Triple("orders-0-0", 4000, batch_id),)
+    return Abort("orders", batch_id, round_, triples, recorded_at_ms=5, run=0)
+
+
 class CommitLogContract:
     """Tests of every promise of `CommitLog`; subclasses provide the `place` fixture."""
 
@@ -107,6 +114,48 @@ class CommitLogContract:
         assert log.sink_meta() == SinkMeta("orders", created_at_ms=1)
 
     # -- decisions ---------------------------------------------------------------------------
+
+    def test_an_abort_closes_its_round_and_a_late_decision_there_is_refused(
+        self, log: CommitLog, place: LogPlace
+    ) -> None:
+        aborted = abort_record(3, round_=0)
+        assert log.put_abort(aborted) == aborted
+        with pytest.raises(CommitLogConflictError, match="closed by an abort record"):
+            place.open().put_decision(make_decision(3))  # the write that timed out, landing
+        for reader in (log, place.open()):
+            assert reader.decision(3) is None and not reader.has_decision(3)
+            assert reader.settled(3) == (None, 1)
+            assert reader.outcome(3, 0) == aborted
+            assert reader.decided_batches() == [] and reader.latest_decision() is None
+            assert reader.incomplete_batches() == []
+
+    def test_a_batch_run_again_is_decided_at_the_next_round(
+        self, log: CommitLog, place: LogPlace
+    ) -> None:
+        log.put_decision(make_decision(2))
+        log.put_abort(abort_record(3, round_=0))
+        again = replace(make_decision(3, query_id="query-1"), round=1)
+        log.put_decision(again)
+        for reader in (log, place.open()):
+            assert reader.decision(3) == again and reader.settled(3) == (again, 1)
+            assert reader.decided_batches() == [2, 3] and reader.latest_decision() == again
+            assert [d.batch_id for d in reader.decisions(after=2)] == [3]
+            assert reader.incomplete_batches() == [2, 3]
+
+    def test_an_abort_after_the_decision_landed_returns_the_decision(
+        self, log: CommitLog
+    ) -> None:
+        log.put_decision(make_decision(3))
+        assert log.put_abort(abort_record(3, round_=0)) == make_decision(3)
+        assert log.decision(3) == make_decision(3)
+
+    def test_the_latest_decision_skips_a_batch_that_holds_only_aborts(
+        self, log: CommitLog
+    ) -> None:
+        log.put_decision(make_decision(2))
+        log.put_abort(abort_record(3, round_=0))
+        log.put_abort(abort_record(3, round_=1))
+        assert log.latest_decision() == make_decision(2) and log.settled(3) == (None, 2)
 
     def test_a_decision_is_read_back_by_any_opener(self, log: CommitLog, place: LogPlace) -> None:
         log.put_decision(make_decision(3))

@@ -149,3 +149,35 @@ def _handler_for(proxy: HeaderDroppingProxy) -> type[BaseHTTPRequestHandler]:
             pass  # quiet: the test reports what matters
 
     return Handler
+
+
+class HoldingProxy(HeaderDroppingProxy):
+    """Forwards everything, but holds each PUT whose path contains `path_part` and whose body
+    contains `body_part` until `release()` (or `hold_s` after it arrived), as a network may
+    deliver a request its client gave up on. Every held request is then delivered, in order.
+    """
+
+    def __init__(self, upstream: str, path_part: str, body_part: bytes, hold_s: float) -> None:
+        super().__init__(upstream, drop=(), lifetime_s=max(60.0, 4 * hold_s))
+        self.path_part, self.body_part, self.hold_s = path_part, body_part, hold_s
+        self.held = 0
+        self.delivered: list[int] = []  # the statuses the endpoint answered to held requests
+        self._released = threading.Event()
+
+    def release(self) -> None:
+        """Deliver the held requests now."""
+        self._released.set()
+
+    def forward(
+        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        holds = method == "PUT" and self.path_part in path and self.body_part in body
+        if holds:
+            with self._lock:
+                self.held += 1
+            self._released.wait(self.hold_s)
+        answer = super().forward(method, path, headers, body)
+        if holds:
+            with self._lock:
+                self.delivered.append(answer[0])
+        return answer

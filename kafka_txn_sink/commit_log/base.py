@@ -15,18 +15,22 @@ from typing import Protocol, TypeVar
 
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
 from kafka_txn_sink.protocol.messages import (
+    Abort,
     Completion,
     Decision,
+    Outcome,
     Owner,
     Release,
     Republish,
     SinkMeta,
+    parse_outcome,
 )
 
 T = TypeVar("T")
-# What the log holds; `_put` returns the same kind of record it is given.
-Record = SinkMeta | Decision | Completion | Republish | Owner | Release
-R = TypeVar("R", SinkMeta, Decision, Completion, Republish, Owner, Release)
+# What the log holds. `_put` returns what holds the record's key: the same kind of record,
+# but for an outcome key, which holds a decision or an abort (`Outcome`).
+Record = SinkMeta | Decision | Abort | Completion | Republish | Owner | Release
+R = TypeVar("R", SinkMeta, Completion, Republish, Owner, Release)
 
 
 class CommitLog(Protocol):
@@ -65,12 +69,26 @@ class CommitLog(Protocol):
         """
         ...
 
+    def put_abort(self, abort: Abort) -> Outcome:
+        """Put-if-absent at round `abort.round` of the batch's outcome key; returns what holds
+        the key afterwards: `abort` (or an equal one), or the decision that got there first."""
+        ...
+
     def decision(self, batch_id: int) -> Decision | None:
         """The decision of `batch_id`, or None if the batch was never decided."""
         ...
 
+    def settled(self, batch_id: int) -> tuple[Decision | None, int]:
+        """The decision of `batch_id` (None if undecided) and the round it holds, or else the
+        round the next decision or abort of the batch is to be put at."""
+        ...
+
+    def outcome(self, batch_id: int, round_: int) -> Outcome | None:
+        """What round `round_` of the batch's outcome key holds, or None."""
+        ...
+
     def has_decision(self, batch_id: int) -> bool:
-        """Whether `batch_id` is decided, without reading the record."""
+        """Whether `batch_id` is decided."""
         ...
 
     def put_completion(self, completion: Completion) -> Completion:
@@ -94,6 +112,11 @@ class CommitLog(Protocol):
     def decided_batches(self, after: int | None = None) -> list[int]:
         """Every decided batch id above `after` (all of them when None or negative),
         ascending."""
+        ...
+
+    def decisions(self, after: int | None = None) -> list[Decision]:
+        """The decision of every decided batch above `after` (all when None or negative), by
+        batch id ascending."""
         ...
 
     def latest_decision(self) -> Decision | None:
@@ -159,9 +182,63 @@ class CommitLogBase(ABC):
         """Where the log lives, as messages name it."""
 
     @abstractmethod
-    def _put(self, record: R) -> R | None:
+    def _put(self, record: Record) -> Record | None:
         """Create `record` unless its key (kind, batch, round) holds one; None when we created
         it, else the record already there, parsed. Never overwrites."""
+
+    @abstractmethod
+    def outcome(self, batch_id: int, round_: int) -> Outcome | None:
+        """What round `round_` of the batch's outcome key holds, or None."""
+
+    @abstractmethod
+    def _outcome_batches(self, after: int | None) -> list[int]:
+        """The batch ids above `after` (all when None or negative) whose outcome key holds a
+        record at round 0 (decided or aborted), ascending."""
+
+    def decision(self, batch_id: int) -> Decision | None:
+        """The decision of `batch_id`, or None if the batch was never decided."""
+        return self.settled(batch_id)[0]
+
+    def decisions(self, after: int | None = None) -> list[Decision]:
+        """The decision of every decided batch above `after`, by batch id ascending."""
+        found = (self.decision(b) for b in self._outcome_batches(after))
+        return [d for d in found if d is not None]
+
+    def decided_batches(self, after: int | None = None) -> list[int]:
+        """Every decided batch id above `after`, ascending (each outcome key is read: a batch
+        may hold only abort records)."""
+        return [d.batch_id for d in self.decisions(after)]
+
+    def _highest_decision(self, batches: list[int]) -> Decision | None:
+        """The decision of the highest decided batch among `batches` (ascending)."""
+        for batch_id in reversed(batches):
+            found = self.decision(batch_id)
+            if found is not None:
+                return found
+        return None
+
+    def has_decision(self, batch_id: int) -> bool:
+        """Whether `batch_id` is decided."""
+        return self.decision(batch_id) is not None
+
+    def settled(self, batch_id: int) -> tuple[Decision | None, int]:
+        """The decision of `batch_id` and its round, or (None, the first round no record
+        holds). Rounds fill in order: a writer puts only at the first free round it read, and
+        an abort record closes its round for good."""
+        check_batch_id(batch_id)
+        round_ = 0
+        while True:
+            found = self.outcome(batch_id, round_)
+            if not isinstance(found, Abort):
+                return found, round_
+            round_ += 1
+
+    def put_abort(self, abort: Abort) -> Outcome:
+        """Close round `abort.round` of the batch, unless a decision got there first (returned)."""
+        found = self._put(abort)
+        if found is None:
+            return abort
+        return _outcome(found)
 
     @abstractmethod
     def _recent_decisions(self) -> list[Decision]:
@@ -170,8 +247,7 @@ class CommitLogBase(ABC):
 
     def create(self, meta: SinkMeta) -> SinkMeta:
         """Claim the log for `meta.sink_id`, or return the claim already there if it is ours."""
-        existing = self._put(meta)
-        found = meta if existing is None else existing
+        found = self._put_same_kind(meta)
         if found.sink_id != meta.sink_id:
             raise CommitLogError(
                 f"commit log {self.uri} belongs to sink {found.sink_id}, not {meta.sink_id}"
@@ -186,38 +262,59 @@ class CommitLogBase(ABC):
             CommitLogError: the existing record is empty or unreadable (kept as it is).
         """
         found = self._put(decision)
-        if found is not None and not found.same_decision(decision):
+        holder = None if found is None else _outcome(found)
+        if isinstance(holder, Abort):
+            raise CommitLogConflictError(
+                f"round {decision.round} of batch {decision.batch_id} was closed by an abort "
+                f"record in {self.uri} (run {holder.run}); nothing was overwritten"
+            )
+        if holder is not None and not holder.same_decision(decision):
             raise CommitLogConflictError(
                 f"batch {decision.batch_id} already has a different decision in {self.uri}: "
-                f"recorded by query {found.query_id} with {len(found.participants)} "
-                f"participant(s) of {found.tasks} task(s), {found.rows} row(s); ours is "
+                f"recorded by query {holder.query_id} with {len(holder.participants)} "
+                f"participant(s) of {holder.tasks} task(s), {holder.rows} row(s); ours is "
                 f"query {decision.query_id} with {len(decision.participants)} participant(s) of "
                 f"{decision.tasks} task(s), {decision.rows} row(s); nothing was overwritten"
             )
 
     def put_completion(self, completion: Completion) -> Completion:
         """Mark the batch complete; if it already is, the marker already there wins."""
-        found = self._put(completion)
-        return completion if found is None else found
+        return self._put_same_kind(completion)
 
     def put_republish(self, republish: Republish) -> Republish:
         """Record a republish round; if the round is recorded already, that record wins."""
-        found = self._put(republish)
-        return republish if found is None else found
+        return self._put_same_kind(republish)
 
     def put_owner(self, owner: Owner) -> Owner:
         """Record run `owner.run`; if that number is taken, the record already there wins."""
-        found = self._put(owner)
-        return owner if found is None else found
+        return self._put_same_kind(owner)
 
     def put_release(self, release: Release) -> Release:
         """Record that a run released its slot; a release already there wins."""
-        found = self._put(release)
-        return release if found is None else found
+        return self._put_same_kind(release)
+
+    def _put_same_kind(self, record: R) -> R:
+        found = self._put(record)
+        if found is None:
+            return record
+        if not isinstance(found, type(record)):
+            raise CommitLogError(f"{self.uri} holds a {type(found).__name__} at {record}'s key")
+        return found
 
     def max_partition_count(self) -> int:
         """How many transactional ids recent batches used: the bound for an id-by-id clean-up."""
         return max((partition_count(d) for d in self._recent_decisions()), default=0)
+
+
+def parser_of(record: Record) -> Callable[[bytes], Record]:
+    """How to parse what holds `record`'s key: an outcome key holds a decision or an abort."""
+    return parse_outcome if isinstance(record, Decision | Abort) else type(record).from_json
+
+
+def _outcome(found: Record) -> Outcome:
+    if not isinstance(found, Decision | Abort):
+        raise CommitLogError(f"an outcome key holds a {type(found).__name__}")
+    return found
 
 
 def partition_count(decision: Decision) -> int:

@@ -63,20 +63,32 @@ from deltalake.transaction import CommitProperties, Transaction
 
 from kafka_txn_sink.commit_log.base import (
     CommitLogBase,
-    R,
     Record,
     check_batch_id,
-    check_round,
     parse_record,
+    parser_of,
+)
+from kafka_txn_sink.commit_log.delta_rows import (
+    COMPLETION,
+    DECISION,
+    OWNER,
+    PARTITION_COLUMNS,
+    RELEASE,
+    SCHEMA,
+    SINK,
+    outcome_kind,
+    republish_kind,
+    row_of,
 )
 from kafka_txn_sink.errors import CommitLogError
 from kafka_txn_sink.protocol.messages import (
     Completion,
     Decision,
+    Outcome,
     Owner,
-    Release,
     Republish,
     SinkMeta,
+    parse_outcome,
 )
 from kafka_txn_sink.storage import LocalStorage, S3Settings, Storage, open_storage
 
@@ -87,8 +99,6 @@ T = TypeVar("T")
 # A condition on batch_id, such as (">", 41).
 Condition = tuple[Literal["=", ">"], int]
 
-SINK, DECISION, COMPLETION = "sink", "decision", "completion"
-OWNER, RELEASE = "owner", "release"
 
 APP_IDS = {
     SINK: "kafka_txn_sink/sink",
@@ -97,48 +107,6 @@ APP_IDS = {
     OWNER: "kafka_txn_sink/owners",
     RELEASE: "kafka_txn_sink/releases",
 }
-REPUBLISH = "republish"
-
-PARTITION_COLUMNS = ["kind"]
-
-_PARTICIPANT = pa.struct(
-    [
-        ("partition", pa.int32()),
-        ("attempt", pa.int32()),
-        ("transactional_id", pa.string()),
-        ("producer_id", pa.int64()),
-        ("producer_epoch", pa.int32()),
-        ("rows", pa.int64()),
-    ]
-)
-
-_LOST = pa.struct(
-    [
-        ("partition", pa.int32()),
-        ("transactional_id", pa.string()),
-        ("producer_id", pa.int64()),
-        ("producer_epoch", pa.int32()),
-        ("rows", pa.int64()),
-        ("reason", pa.string()),
-    ]
-)
-
-SCHEMA = pa.schema(
-    [
-        ("kind", pa.string()),
-        ("batch_id", pa.int64()),
-        ("sink_id", pa.string()),
-        ("query_id", pa.string()),
-        ("recorded_at_ms", pa.int64()),
-        ("tasks", pa.int32()),
-        ("rows", pa.int64()),
-        ("participants", pa.list_(_PARTICIPANT)),
-        ("lost", pa.list_(_LOST)),
-        ("lost_rows", pa.int64()),
-        ("format_version", pa.int32()),
-        ("record", pa.string()),
-    ]
-)
 
 # Operators may change them with ALTER TABLE ... SET TBLPROPERTIES; the rows themselves are the
 # permanent history, so the table keeps little of Delta's own.
@@ -208,15 +176,12 @@ class DeltaCommitLog(CommitLogBase):
         table = self._current()
         return None if table is None else self._sink_meta(table)
 
-    def decision(self, batch_id: int) -> Decision | None:
-        """The decision of `batch_id`, or None."""
+    def outcome(self, batch_id: int, round_: int) -> Outcome | None:
+        """The decision or abort row at round `round_` of `batch_id`, or None."""
         table = self._current()
-        return None if table is None else self._decision(table, batch_id)
-
-    def has_decision(self, batch_id: int) -> bool:
-        """Whether a decision row exists (its batch id only is read)."""
-        table = self._current()
-        return table is not None and bool(self._batch_ids(table, DECISION, equal=batch_id))
+        kind = outcome_kind(round_)
+        found = None if table is None else self._record(table, kind, batch_id)
+        return None if found is None else self._parse(kind, batch_id, found, parse_outcome)
 
     def completion(self, batch_id: int) -> Completion | None:
         """The completion marker of `batch_id`, or None."""
@@ -231,12 +196,11 @@ class DeltaCommitLog(CommitLogBase):
     def republish(self, batch_id: int, round_: int) -> Republish | None:
         """Round `round_` of `batch_id`'s republishing, or None."""
         table = self._current()
-        kind = _republish_kind(round_)
+        kind = republish_kind(round_)
         found = None if table is None else self._record(table, kind, batch_id)
         return None if found is None else self._parse(kind, batch_id, found, Republish.from_json)
 
-    def decided_batches(self, after: int | None = None) -> list[int]:
-        """Every decided batch id above `after` (all of them when None or negative), ascending."""
+    def _outcome_batches(self, after: int | None) -> list[int]:
         table = self._current()
         if table is None:
             return []
@@ -244,20 +208,38 @@ class DeltaCommitLog(CommitLogBase):
             after = None
         return self._batch_ids(table, DECISION, above=after)
 
-    def latest_decision(self) -> Decision | None:
-        """The decision of the highest batch id the decisions' app version points at."""
+    def decisions(self, after: int | None = None) -> list[Decision]:
+        """The decision of every decided batch above `after`, read in one query (a batch whose
+        round 0 is an abort record is looked up round by round)."""
         table = self._current()
         if table is None:
+            return []
+        where: list[Condition] = [] if after is None or after < 0 else [(">", after)]
+        found = []
+        for batch_id, record in sorted(self._rows(table, DECISION, where).items()):
+            assert batch_id is not None
+            outcome = self._parse(DECISION, batch_id, record, parse_outcome)
+            decision = outcome if isinstance(outcome, Decision) else self.decision(batch_id)
+            if decision is not None:
+                found.append(decision)
+        return found
+
+    def latest_decision(self) -> Decision | None:
+        """The decision of the highest batch id the decisions' app version points at (or of the
+        highest decided one below it, when that batch holds only abort records)."""
+        table = self._current()
+        latest = None if table is None else self._highest(table, DECISION)
+        if table is None or latest is None:
             return None
-        latest = self._highest(table, DECISION)
-        return None if latest is None else self._decision(table, latest)
+        found = self.decision(latest)
+        return found or self._highest_decision(self._batch_ids(table, DECISION))
 
     def incomplete_batches(self) -> list[int]:
         """Decided batches above the highest completed one, ascending."""
         table = self._current()
         if table is None:
             return []
-        return self._batch_ids(table, DECISION, above=self._highest(table, COMPLETION))
+        return self.decided_batches(after=self._highest(table, COMPLETION))
 
     def write_hint(self, batch_id: int) -> None:
         """Nothing to write: the table's metadata finds the highest completed batch cheaply."""
@@ -292,11 +274,11 @@ class DeltaCommitLog(CommitLogBase):
 
     # -- what CommitLogBase builds on -------------------------------------------------------
 
-    def _put(self, record: R) -> R | None:
-        kind, batch_id, row = _row_of(record)
+    def _put(self, record: Record) -> Record | None:
+        kind, batch_id, row = row_of(record)
         existing = self._put_if_absent(kind, batch_id, row)
         if existing is not None:
-            return self._parse(kind, batch_id, existing, type(record).from_json)
+            return self._parse(kind, batch_id, existing, parser_of(record))
         if isinstance(record, Completion) and self._compaction_due(record.batch_id):
             self._compact_quietly()
         return None
@@ -304,13 +286,7 @@ class DeltaCommitLog(CommitLogBase):
     def _recent_decisions(self) -> list[Decision]:
         table = self._current()
         latest = None if table is None else self._highest(table, DECISION)
-        if table is None or latest is None:
-            return []
-        found = self._rows(table, DECISION, [(">", latest - self.recent)])
-        return [
-            self._parse(DECISION, batch_id, record, Decision.from_json)
-            for batch_id, record in sorted(found.items())
-        ]
+        return [] if latest is None else self.decisions(after=latest - self.recent)
 
     # -- compaction ------------------------------------------------------------------------
 
@@ -471,10 +447,6 @@ class DeltaCommitLog(CommitLogBase):
         found = self._record(table, SINK, None)
         return None if found is None else self._parse(SINK, None, found, SinkMeta.from_json)
 
-    def _decision(self, table: DeltaTable, batch_id: int) -> Decision | None:
-        found = self._record(table, DECISION, batch_id)
-        return None if found is None else self._parse(DECISION, batch_id, found, Decision.from_json)
-
     def _highest(self, table: DeltaTable, kind: str) -> int | None:
         """The highest batch id with a row of `kind`, from the app version and a pruned read."""
         recorded = table.transaction_version(APP_IDS[kind])
@@ -585,115 +557,8 @@ def _locate(location: str) -> tuple[str, str, bool]:
     return uri, uri, True
 
 
-def _row_of(record: Record) -> tuple[str, int | None, pa.Table]:
-    """(kind, batch id, row) of a record."""
-    if isinstance(record, SinkMeta):
-        return SINK, None, _sink_row(record)
-    if isinstance(record, Decision):
-        return DECISION, record.batch_id, _decision_row(record)
-    if isinstance(record, Completion):
-        return COMPLETION, record.batch_id, _completion_row(record)
-    if isinstance(record, Owner):
-        return OWNER, record.run, _run_row(OWNER, record, record.started_at_ms)
-    if isinstance(record, Release):
-        return RELEASE, record.run, _run_row(RELEASE, record, record.released_at_ms)
-    return _republish_kind(record.round), record.batch_id, _republish_row(record)
-
-
-def _sink_row(meta: SinkMeta) -> pa.Table:
-    return _table(
-        kind=SINK,
-        sink_id=meta.sink_id,
-        recorded_at_ms=meta.created_at_ms,
-        format_version=meta.version,
-        record=meta.to_json().decode(),
-    )
-
-
-def _decision_row(decision: Decision) -> pa.Table:
-    participants = [
-        {
-            "partition": p.partition,
-            "attempt": p.attempt,
-            "transactional_id": p.triple.transactional_id,
-            "producer_id": p.triple.producer_id,
-            "producer_epoch": p.triple.producer_epoch,
-            "rows": p.rows,
-        }
-        for p in decision.participants
-    ]
-    return _table(
-        kind=DECISION,
-        batch_id=decision.batch_id,
-        sink_id=decision.sink_id,
-        query_id=decision.query_id,
-        recorded_at_ms=decision.decided_at_ms,
-        tasks=decision.tasks,
-        rows=decision.rows,
-        participants=participants,
-        format_version=decision.version,
-        record=decision.to_json().decode(),
-    )
-
-
-def _completion_row(completion: Completion) -> pa.Table:
-    lost = [
-        {
-            "partition": x.partition,
-            "transactional_id": x.triple.transactional_id,
-            "producer_id": x.triple.producer_id,
-            "producer_epoch": x.triple.producer_epoch,
-            "rows": x.rows,
-            "reason": x.reason,
-        }
-        for x in completion.lost
-    ]
-    return _table(
-        kind=COMPLETION,
-        batch_id=completion.batch_id,
-        sink_id=completion.sink_id,
-        recorded_at_ms=completion.completed_at_ms,
-        lost=lost,
-        lost_rows=sum(x.rows for x in completion.lost),
-        format_version=completion.version,
-        record=completion.to_json().decode(),
-    )
-
-
-def _run_row(kind: str, record: Owner | Release, at_ms: int) -> pa.Table:
-    return _table(
-        kind=kind,
-        batch_id=record.run,
-        sink_id=record.sink_id,
-        recorded_at_ms=at_ms,
-        format_version=record.version,
-        record=record.to_json().decode(),
-    )
-
-
-def _republish_row(republish: Republish) -> pa.Table:
-    return _table(
-        kind=_republish_kind(republish.round),
-        batch_id=republish.batch_id,
-        sink_id=republish.sink_id,
-        recorded_at_ms=republish.recorded_at_ms,
-        rows=republish.references,
-        format_version=republish.version,
-        record=republish.to_json().decode(),
-    )
-
-
-def _republish_kind(round_: int) -> str:
-    check_round(round_)
-    return f"{REPUBLISH}_{round_}"
-
-
 def _app_id(kind: str) -> str:
     return APP_IDS.get(kind) or f"kafka_txn_sink/{kind}"
-
-
-def _table(**row: Any) -> pa.Table:
-    return pa.Table.from_pylist([row], schema=SCHEMA)
 
 
 def _column_types(schema_of: DeltaTable | DeltaSchema) -> dict[str, Any]:

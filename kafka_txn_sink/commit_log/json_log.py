@@ -3,7 +3,9 @@
 Layout under the root:
 
     _sink.json                          which sink the log belongs to (SinkMeta)
-    decisions/00000000000000000042.json batch 42 commits these participants (Decision)
+    decisions/00000000000000000042.json batch 42 commits these participants (Decision), or
+                                        round 0 of batch 42 decides nothing (Abort)
+    decisions/00000000000000000042-001.json  round 1 of batch 42's outcome, after an Abort
     completions/00000000000000000042.json every participant of batch 42 is settled (Completion)
     republish/00000000000000000042-000.json references of batch 42 published again (Republish)
     owners/00000000000000000003.json    run 3 of the query took the sink over (Owner)
@@ -26,20 +28,23 @@ from typing import Any, TypeVar
 
 from kafka_txn_sink.commit_log.base import (
     CommitLogBase,
-    R,
     Record,
     check_batch_id,
     check_round,
     parse_record,
+    parser_of,
 )
 from kafka_txn_sink.errors import CommitLogError
 from kafka_txn_sink.protocol.messages import (
+    Abort,
     Completion,
     Decision,
+    Outcome,
     Owner,
     Release,
     Republish,
     SinkMeta,
+    parse_outcome,
 )
 from kafka_txn_sink.storage import Storage
 
@@ -55,7 +60,7 @@ OWNERS = "owners/"
 RELEASES = "releases/"
 HINT = "_hints/last_completed.json"
 
-_BATCH_NAME = re.compile(r"^(\d{20})\.json$")
+_BATCH_NAME = re.compile(r"^(\d{20})(?:-\d{3,})?\.json$")
 
 # Records kept parsed, by name, with the bytes they were parsed from. A decision of 128
 # participants takes about 1.2 ms to parse, and every commit reads the previous one back.
@@ -83,18 +88,16 @@ class JsonCommitLog(CommitLogBase):
         """The claim in `_sink.json`, or None."""
         return self._read(SINK, SinkMeta.from_json)
 
-    def decision(self, batch_id: int) -> Decision | None:
-        """The decision of `batch_id`, or None."""
-        found = self._read(decision_name(batch_id), Decision.from_json)
-        if found is not None and found.batch_id != batch_id:
+    def outcome(self, batch_id: int, round_: int) -> Outcome | None:
+        """The decision or abort at round `round_` of `batch_id`, or None."""
+        name = outcome_name(batch_id, round_)
+        found = self._read(name, parse_outcome)
+        if found is not None and (found.batch_id, found.round) != (batch_id, round_):
             raise CommitLogError(
-                f"{self.uri}/{decision_name(batch_id)} holds the decision of batch {found.batch_id}"
+                f"{self.uri}/{name} holds the {type(found).__name__.lower()} of batch "
+                f"{found.batch_id} (round {found.round})"
             )
         return found
-
-    def has_decision(self, batch_id: int) -> bool:
-        """Whether the decision object exists (not read)."""
-        return self.storage.exists(decision_name(batch_id))
 
     def completion(self, batch_id: int) -> Completion | None:
         """The completion marker of `batch_id`, or None."""
@@ -137,21 +140,18 @@ class JsonCommitLog(CommitLogBase):
     def _runs(self) -> list[int]:
         return self._batches(OWNERS, None)
 
-    def decided_batches(self, after: int | None = None) -> list[int]:
-        """Every decided batch id above `after` (all of them when None or negative), ascending."""
+    def _outcome_batches(self, after: int | None) -> list[int]:
         return self._batches(DECISIONS, after)
 
     def latest_decision(self) -> Decision | None:
         """The highest decision, listing only above the hint when there is a usable one."""
         hint = self.last_completed_hint()
-        batches = self.decided_batches(after=hint)
-        if batches:
-            return self.decision(batches[-1])
-        found = self.decision(hint) if hint is not None else None
+        found = self._highest_decision(self._outcome_batches(hint))
         if found is None and hint is not None:
-            # A completion without its decision: the hint cannot be trusted, list everything.
-            batches = self.decided_batches()
-            found = self.decision(batches[-1]) if batches else None
+            found = self.decision(hint)
+            if found is None:
+                # A completion without its decision: the hint cannot be trusted, list everything.
+                found = self._highest_decision(self._outcome_batches(None))
         return found
 
     def incomplete_batches(self) -> list[int]:
@@ -180,28 +180,26 @@ class JsonCommitLog(CommitLogBase):
         except Exception as exc:
             log.warning("could not write the commit log hint of %s: %s", self.uri, exc)
 
-    def _put(self, record: R) -> R | None:
+    def _put(self, record: Record) -> Record | None:
         name = _name_of(record)
         data = record.to_json()
         if self.storage.put_if_absent(name, data):
             self._keep_parsed(name, data, record)
             return None
-        return self._read_existing(name, type(record).from_json)
+        return self._read_existing(name, parser_of(record))
 
     def _recent_decisions(self) -> list[Decision]:
         latest = self.latest_decision()
         if latest is None:
             return []
-        batches = self.decided_batches(after=latest.batch_id - self.recent)
-        found = (latest if b == latest.batch_id else self.decision(b) for b in batches)
-        return [d for d in found if d is not None]
+        return self.decisions(after=latest.batch_id - self.recent)
 
     def _batches(self, prefix: str, after: int | None) -> list[int]:
         if after is not None and after < 0:
             after = None
         start_after = _batch_name(prefix, after) if after is not None else None
         ids = (_batch_of(name, prefix) for name in self.storage.list(prefix, start_after))
-        return sorted(b for b in ids if b is not None and (after is None or b > after))
+        return sorted({b for b in ids if b is not None and (after is None or b > after)})
 
     def _read(self, name: str, parse: Callable[[bytes], T]) -> T | None:
         data = self.storage.get(name)
@@ -240,8 +238,16 @@ class JsonCommitLog(CommitLogBase):
 
 
 def decision_name(batch_id: int) -> str:
-    """`decisions/<batch:020d>.json`."""
+    """`decisions/<batch:020d>.json`: round 0 of the batch's outcome key."""
     return _batch_name(DECISIONS, batch_id)
+
+
+def outcome_name(batch_id: int, round_: int) -> str:
+    """`decisions/<batch:020d>.json` for round 0, `decisions/<batch:020d>-<round:03d>.json`
+    after it."""
+    check_round(round_)
+    name = _batch_name(DECISIONS, batch_id)
+    return name if round_ == 0 else f"{name[:-5]}-{round_:03d}.json"
 
 
 def completion_name(batch_id: int) -> str:
@@ -258,8 +264,8 @@ def republish_name(batch_id: int, round_: int) -> str:
 def _name_of(record: Record) -> str:
     if isinstance(record, SinkMeta):
         return SINK
-    if isinstance(record, Decision):
-        return decision_name(record.batch_id)
+    if isinstance(record, Decision | Abort):
+        return outcome_name(record.batch_id, record.round)
     if isinstance(record, Completion):
         return completion_name(record.batch_id)
     if isinstance(record, Owner):

@@ -11,19 +11,25 @@
    before the brokers would abort it (the margin: commitLogTimeoutMs + commitTimeoutMs +
    clockSkewMs);
 5. stops with `SupersededError`, having written nothing, if a newer run owns the sink
-   (runs.py); else writes the decision record, with its run, put-if-absent: the commit point
-   of the batch;
+   (runs.py); else writes the decision record, with its run, put-if-absent at the batch's open
+   round of its outcome key: the commit point of the batch. A write that fails without an
+   answer (a timeout, a 5xx) may still land, so it is sent again, and if that fails too the
+   batch stays in doubt (`DecisionInDoubtError`): nothing of it is aborted;
 6. completes the batch (complete.py): EndTxn(commit) for every participant, settled by a probe
    when it errs, then the completion marker;
 7. runs the clean-up of this sink's leftovers when it is due (recover.py).
-`abort` aborts each prepared transaction no decision holds, and never touches a decided one.
-A superseded run records that it released its id slot, and stops.
+`abort` first closes the batch's open round with an abort record (put-if-absent, racing any
+decision write still in flight for that key); only when that record holds the key does it abort
+the prepared transactions. If a decision got there first, it aborts only what the decision does
+not hold; if the abort record's own write gets no answer, it aborts nothing and leaves the batch
+to the next run. A superseded run records that it released its id slot, and stops.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -32,6 +38,7 @@ from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import (
     CommitLogConflictError,
     CommitLogError,
+    DecisionInDoubtError,
     KafkaTxnSinkError,
     ParticipantNotCommittableError,
     QueryIdMismatchError,
@@ -41,7 +48,7 @@ from kafka_txn_sink.errors import (
 from kafka_txn_sink.kafka.admin_api import ONGOING, TransactionAdmin
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.complete import Settler
-from kafka_txn_sink.protocol.messages import Decision, Participant, now_ms
+from kafka_txn_sink.protocol.messages import Abort, Decision, Participant, now_ms
 from kafka_txn_sink.protocol.prepare import BatchWrite
 from kafka_txn_sink.protocol.recover import CleanupSchedule, clean_up
 from kafka_txn_sink.protocol.runs import RunRef, check_current, check_decided_by, release
@@ -49,6 +56,12 @@ from kafka_txn_sink.protocol.session import cleanup_schedule, driver_session
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 
 log = logging.getLogger(__name__)
+
+# Puts of one decision record: a second put of the same record settles a first that got no
+# answer (the key takes one record, and an equal one is our own).
+DECISION_PUTS = 2
+# Rounds a decision moves on when another driver's abort record closes the one it read.
+DECISION_ROUNDS = 3
 
 
 def commit_batch(
@@ -142,9 +155,9 @@ class Committer:
             query_id = tasks[0].query_id if tasks else ""
         else:
             query_id = self._write.query_id
-        decision = self._log.decision(batch_id)
+        decision, round_ = self._log.settled(batch_id)
         if decision is None:
-            decision = self._decide(tasks, batch_id, query_id)
+            decision = self._decide(tasks, batch_id, query_id, round_)
         else:
             check_decided_by(decision, self._run, self._log)
             self._check_decided_for(decision, query_id)
@@ -164,15 +177,44 @@ class Committer:
             self._clean_up()
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
-        """Abort each prepared transaction that no decision holds; never touch a decided one."""
-        decision = self._log.decision(batch_id)
+        """Close the batch's open round, then abort each prepared transaction that no decision
+        holds; never touch a decided one, nor anything while the outcome is unknown."""
         tasks = [m for m in messages if isinstance(m, TaskCommit)]
+        try:
+            decision = self._close_round(tasks, batch_id)
+        except CommitLogError as exc:
+            log.error(
+                "batch %d of sink %s: its outcome is unknown (%s); nothing is aborted: the next "
+                "run of the query settles it, or the brokers abort its transactions after "
+                "transactionTimeoutMs",
+                batch_id,
+                self._options.sink_id,
+                exc,
+            )
+            return
         if decision is not None:
             self._abort_undecided(tasks, decision)
         else:
             self.abort_prepared(tasks)
         if len(tasks) < len(messages) or not messages:
             self._clean_up()
+
+    def _close_round(self, tasks: Sequence[TaskCommit], batch_id: int) -> Decision | None:
+        """The batch's decision if one holds its outcome key, else None once an abort record
+        closed the round a decision still in flight could take.
+
+        Raises:
+            CommitLogError: the abort record's write got no answer; the outcome is unknown.
+        """
+        decision, round_ = self._log.settled(batch_id)
+        if decision is not None:
+            return decision
+        prepared = tuple(t.prepared_triple for t in tasks if t.status == "prepared")
+        record = Abort(
+            self._options.sink_id, batch_id, round_, prepared, now_ms(), run=self._run.run
+        )
+        holder = self._log.put_abort(record)
+        return holder if isinstance(holder, Decision) else None
 
     def abort_prepared(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         """Abort, by exact triple, every transaction the messages say was prepared: only for
@@ -189,7 +231,9 @@ class Committer:
     def _clean_up(self) -> None:
         clean_up(self._options.sink_id, self._log, self._txn_admin, self._settler, self._run)
 
-    def _decide(self, tasks: list[TaskCommit], batch_id: int, query_id: str) -> Decision:
+    def _decide(
+        self, tasks: list[TaskCommit], batch_id: int, query_id: str, round_: int
+    ) -> Decision:
         if any(t.status == "skipped" for t in tasks):
             raise CommitLogError(
                 f"tasks of batch {batch_id} found it decided, but the commit log "
@@ -207,18 +251,15 @@ class Committer:
             rows=sum(p.rows for p in participants),
             decided_at_ms=now_ms(),
             run=self._run.run,
+            round=round_,
         )
         failpoints.fire("driver.before_decision", batch_id)
         # As late as possible: a driver frozen since its streamWriter() may have lost the sink
         # meanwhile. (A decision that still lands after a newer owner record counts, and the
         # newer run rolls it forward: runs.py.)
         check_current(self._options.sink_id, self._log, self._run)
-        try:
-            self._log.put_decision(decision)
-        except CommitLogConflictError:
-            found = self._log.decision(batch_id)
-            if found is None or self._write is not None:
-                raise
+        found = self._put_decision(decision)
+        if found is not decision:
             check_decided_by(found, self._run, self._log)
             log.warning(
                 "batch %d of sink %s was decided by run %s first; rolling that decision forward",
@@ -229,6 +270,66 @@ class Committer:
             return found  # an older run's decision counts: commit() completes it
         failpoints.fire("driver.after_decision", batch_id)
         return decision
+
+    def _put_decision(self, decision: Decision) -> Decision:
+        """Put `decision` at the batch's open round; returns it, or the decision another run
+        put first (a batch write refuses that).
+
+        Raises:
+            DecisionInDoubtError: no put got an answer; the decision may still land.
+            CommitLogConflictError: another write's decision holds the batch; or abort records
+                kept closing the rounds.
+        """
+        batch_id = decision.batch_id
+        for attempt in range(DECISION_ROUNDS):
+            # The first round is the one commit() read just before.
+            found, round_ = (None, decision.round) if attempt == 0 else self._log.settled(batch_id)
+            if found is not None:
+                if self._write is not None:
+                    raise CommitLogConflictError(
+                        f"batch {batch_id} of sink {self._options.sink_id} was decided by "
+                        f"another write ({found.query_id}) while this one ran"
+                    )
+                return found
+            decision = replace(decision, round=round_)
+            try:
+                self._put_in_doubt(decision)
+                return decision
+            except CommitLogConflictError:
+                continue  # the round was taken: read it again
+        raise CommitLogConflictError(
+            f"batch {batch_id} of sink {self._options.sink_id}: abort records closed "
+            f"{DECISION_ROUNDS} rounds in a row while this driver decided it; nothing of it is "
+            f"published and {self._runs_again()}"
+        )
+
+    def _put_in_doubt(self, decision: Decision) -> None:
+        """Put `decision`, again if a put got no answer: the key takes one record, so a put
+        that lands settles any earlier one still in flight.
+
+        Raises:
+            DecisionInDoubtError: no put got an answer.
+            CommitLogConflictError: another record holds the key.
+        """
+        for attempt in range(1, DECISION_PUTS + 1):
+            try:
+                self._log.put_decision(decision)
+                return
+            except CommitLogConflictError:
+                raise
+            except CommitLogError as exc:
+                if attempt == DECISION_PUTS:
+                    raise DecisionInDoubtError(
+                        f"batch {decision.batch_id} of sink {self._options.sink_id}: the "
+                        f"decision could not be written to {self._options.commit_log} and its "
+                        f"outcome is unknown ({exc}); it may still land. Nothing of the batch "
+                        f"is aborted: the next run settles it from the commit log"
+                    ) from exc
+                log.warning(
+                    "decision of batch %d got no answer; sending it again: %s",
+                    decision.batch_id,
+                    exc,
+                )
 
     def _check_prepared(self, participants: Sequence[Participant], batch_id: int) -> None:
         states = self._txn_admin.describe(p.transactional_id for p in participants)

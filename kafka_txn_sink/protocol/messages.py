@@ -127,6 +127,9 @@ class Decision:
     decided_at_ms: int
     version: int = FORMAT_VERSION
     run: int | None = None  # the run (Owner.run) that decided; None before runs existed
+    # The round of the batch's outcome key it holds: 0 unless abort records closed the rounds
+    # before it (`Abort`).
+    round: int = 0
 
     def same_decision(self, other: Decision) -> bool:
         """Equal in everything but the time it was made: a repeated write of our own decision."""
@@ -139,6 +142,7 @@ class Decision:
             and self.tasks == other.tasks
             and self.rows == other.rows
             and self.run == other.run
+            and self.round == other.round
         )
 
     def output_ranges(self) -> OffsetRanges:
@@ -162,6 +166,8 @@ class Decision:
         body["output"] = _offsets_json(self.output_ranges())
         if self.run is None:
             body.pop("run")  # a log written before runs existed keeps its records as they were
+        if not self.round:
+            body.pop("round")  # round 0: the record reads as it did before rounds existed
         return _dump("decision", body)
 
     @classmethod
@@ -183,9 +189,73 @@ class Decision:
                 decided_at_ms=int(body["decided_at_ms"]),
                 version=int(body["version"]),
                 run=int(body["run"]) if body.get("run") is not None else None,
+                round=int(body.get("round", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(f"malformed decision record: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Round `round` of batch `batch_id` decides nothing: `abort()` wrote it put-if-absent at
+    the key a decision of that round would take, before aborting `aborted`.
+
+    A batch's outcome key is a register that `commit()` and `abort()` race for: whichever
+    record lands there first is the round's outcome, so a decision write that timed out and
+    lands later is refused, never half-applied. A batch run again decides at the next round.
+    """
+
+    sink_id: str
+    batch_id: int
+    round: int
+    aborted: tuple[Triple, ...]
+    recorded_at_ms: int
+    run: int | None = None
+    version: int = FORMAT_VERSION
+
+    def to_json(self) -> bytes:
+        """The record as the commit log stores it (sorted, compact JSON)."""
+        body = {f.name: getattr(self, f.name) for f in fields(self)}
+        body["aborted"] = [t.to_json() for t in self.aborted]
+        return _dump("abort", body)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Abort:
+        """The record stored as `data`.
+
+        Raises:
+            CommitLogError: `data` is not such a record, or from a newer format.
+        """
+        body = _load("abort", data)
+        try:
+            return cls(
+                sink_id=body["sink_id"],
+                batch_id=int(body["batch_id"]),
+                round=int(body["round"]),
+                aborted=tuple(Triple.from_json(t) for t in body["aborted"]),
+                recorded_at_ms=int(body["recorded_at_ms"]),
+                run=int(body["run"]) if body.get("run") is not None else None,
+                version=int(body["version"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CommitLogError(f"malformed abort record: {exc!r}") from exc
+
+
+Outcome = Decision | Abort
+"""What one round of a batch's outcome key holds."""
+
+
+def parse_outcome(data: bytes) -> Outcome:
+    """The decision or abort record stored as `data`.
+
+    Raises:
+        CommitLogError: `data` is neither, or from a newer format.
+    """
+    try:
+        kind = json.loads(data).get("kind")
+    except (ValueError, AttributeError):
+        kind = None
+    return Abort.from_json(data) if kind == "abort" else Decision.from_json(data)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from deltalake import DeltaTable, write_deltalake
 from kafka_txn_sink import cli
 from kafka_txn_sink.commit_log import JsonCommitLog, detect_format, open_commit_log
 from kafka_txn_sink.commit_log import delta_log as delta_module
-from kafka_txn_sink.commit_log.delta_log import APP_IDS, SCHEMA, TABLE_PROPERTIES, DeltaCommitLog
+from kafka_txn_sink.commit_log.delta_log import APP_IDS, TABLE_PROPERTIES, DeltaCommitLog
+from kafka_txn_sink.commit_log.delta_rows import SCHEMA, row_of
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError, ConfigError
 from kafka_txn_sink.options import parse_options
 from kafka_txn_sink.protocol.messages import Completion, LostParticipant, SinkMeta, Triple
@@ -325,7 +326,7 @@ def test_two_different_rows_for_one_batch_are_an_error(
 ) -> None:
     delta.put_decision(make_decision(0))
     other = make_decision(0, query_id="query-2")
-    write_deltalake(str(tmp_path / "log"), delta_module._decision_row(other), mode="append")
+    write_deltalake(str(tmp_path / "log"), row_of(other)[2], mode="append")
     with pytest.raises(CommitLogError, match="a second, different decision row for batch 0"):
         delta.decision(0)
 
