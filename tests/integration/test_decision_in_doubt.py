@@ -16,7 +16,7 @@ from kafka_txn_sink.commit_log import open_commit_log
 from kafka_txn_sink.errors import CommitLogError
 from kafka_txn_sink.options import SinkOptions, parse_options
 from kafka_txn_sink.protocol.decide import abort_batch, commit_batch
-from kafka_txn_sink.protocol.messages import Abort, Decision
+from kafka_txn_sink.protocol.messages import Abort
 from kafka_txn_sink.protocol.runs import RunRef, take_over
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 from kafka_txn_sink.testing import create_topic
