@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,9 +31,11 @@ from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.decide import Committer
 from kafka_txn_sink.protocol.messages import (
     Decision,
+    FileRef,
     OffsetRanges,
     Owner,
     Participant,
+    Republish,
     Triple,
     now_ms,
 )
@@ -259,6 +261,43 @@ def test_an_undeterminable_fate_records_no_loss_and_stops_the_batch(driver: Driv
             driver.committer.commit([task], 0)
 
     assert driver.log.decision(0) is not None
+    assert driver.log.completion(0) is None
+
+
+@dataclass
+class GoneRounds:
+    """A republisher whose rounds are refused by the coordinator and gone from the log."""
+
+    driver: Driver
+    rounds: list[int] = field(default_factory=list)
+
+    def prepare(
+        self, decision: Decision, participants: Sequence[Participant], round_: int
+    ) -> Republish:
+        self.rounds.append(round_)
+        triple = Triple(f"{SINK}-republish", 200 + round_, 0)
+        self.driver.txn_admin.failing[triple] = "ProducerFencedError"
+        self.driver.cluster.answer = Fate.UNDETERMINED
+        offsets = {"refs": {0: (round_, round_)}}
+        return Republish(SINK, decision.batch_id, round_, (0,), triple, 1, offsets, now_ms())
+
+
+def test_a_republish_round_whose_fate_is_gone_is_never_followed_by_another(
+    driver: Driver,
+) -> None:
+    ref = FileRef("/f/part-0.avro", "", {}, records=1, bytes=10, schema_fingerprint="f" * 64)
+    participant = Participant(0, 0, Triple(f"{SINK}-0-0", 100, 0), 1, {"refs": {0: (5, 5)}}, (ref,))
+    driver.txn_admin.failing[participant.triple] = "ProducerFencedError"
+    driver.cluster.answer = Fate.ABORTED
+    decision = Decision(SINK, QUERY, 0, (participant,), 1, 1, now_ms())
+    driver.log.put_decision(decision)
+    republisher = GoneRounds(driver)
+    settler = Settler(SINK, driver.log, driver.txn_admin, driver.cluster, 1, republisher)
+
+    with pytest.raises(TransactionFateUnknownError, match=r"round 0 .*Spark partition\(s\) \[0\]"):
+        settler.complete(decision)
+
+    assert republisher.rounds == [0]
     assert driver.log.completion(0) is None
 
 
