@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_END, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import OFFSET_END, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_txn_sink.commit_log import JsonCommitLog
 from kafka_txn_sink.errors import TransactionFateUnknownError
+from kafka_txn_sink.kafka.admin_api import Fate
 from kafka_txn_sink.kafka.cluster import Cluster
 from kafka_txn_sink.kafka.producer import Prepared, TaskTransaction, producer_config
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
@@ -28,6 +29,7 @@ from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import Decision, Participant, SinkMeta, Triple
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.storage import LocalStorage
+from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import create_topics
 
 pytestmark = pytest.mark.kafka
@@ -62,8 +64,11 @@ def bed(kafka_bootstrap: str, tmp_path: Path, unique: Callable[[str], str]) -> B
     return Bed(kafka_bootstrap, sink_id, topic, commit_log)
 
 
-def finished(bed: Bed, rows: dict[int, int], commit: bool) -> Prepared:
-    """One transaction with `rows[p]` records in partition p, committed or aborted."""
+def finished(
+    bed: Bed, rows: dict[int, int], commit: bool, keys: tuple[bytes, ...] = ()
+) -> Prepared:
+    """One transaction with `rows[p]` records in partition p (with `keys`, one record per key
+    in partition 0), committed or aborted."""
     txn_id = transactional_id(bed.sink_id, 0, slot=0)
     config = producer_config(bed.bootstrap, {}, txn_id, TIMEOUT_MS)
     txn = TaskTransaction(config, 30)
@@ -71,6 +76,8 @@ def finished(bed: Bed, rows: dict[int, int], commit: bool) -> Prepared:
     for partition, count in rows.items():
         for i in range(count):
             txn.send(bed.topic, value=f"{partition}-{i}".encode(), partition=partition)
+    for key in keys:
+        txn.send(bed.topic, value=b"v", key=key, partition=0)
     prepared = txn.prepare()
     txn.detach()
     assert prepared is not None
@@ -165,3 +172,49 @@ def test_an_aborted_transaction_whose_first_record_was_deleted_is_still_lost(bed
     settled = bed.settler().complete(decide(bed, prepared))
 
     assert [x.partition for x in settled.completion.lost] == [0]
+
+
+def test_records_removed_by_compaction_tell_nothing_and_the_rest_still_tells(
+    kafka_bootstrap: str, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
+    log = JsonCommitLog(LocalStorage(tmp_path))
+    bed = Bed(kafka_bootstrap, unique("fate"), unique("compacted"), log)
+    compacted(bed)
+    kept = finished(bed, {}, commit=True, keys=(b"a", b"b"))  # a is superseded below, b stays
+    gone = finished(bed, {}, commit=True, keys=(b"c",))  # superseded below
+    finished(bed, {}, commit=True, keys=(b"a", b"c"))
+    time.sleep(0.5)  # past segment.ms: the next record rolls the segment, which is then cleaned
+    roll = Producer({"bootstrap.servers": bed.bootstrap})
+    roll.produce(bed.topic, b"v", b"roll", partition=0)
+    roll.flush(30)
+    wait_until_cleaned(bed, kept.offsets[bed.topic][0][0], gone.offsets[bed.topic][0][0])
+    cluster = Cluster(bed.bootstrap, {}, timeout_ms=10_000)
+
+    assert cluster.fate(kept.offsets).fate is Fate.COMMITTED
+    answer = cluster.fate(gone.offsets)
+    assert answer.fate is Fate.UNDETERMINED, answer
+    assert "compaction" in answer.evidence
+
+
+def compacted(bed: Bed) -> None:
+    """A one-partition topic the log cleaner compacts as soon as a segment rolls."""
+    config = {
+        "cleanup.policy": "compact",
+        "segment.ms": "100",
+        "min.cleanable.dirty.ratio": "0.0001",
+        "min.compaction.lag.ms": "0",
+        "delete.retention.ms": "100",
+    }
+    admin = AdminClient({"bootstrap.servers": bed.bootstrap})
+    [future] = admin.create_topics([NewTopic(bed.topic, 1, 1, config=config)]).values()
+    future.result(timeout=30)
+
+
+def wait_until_cleaned(bed: Bed, *offsets: int, timeout_s: float = 120.0) -> None:
+    """Until the log cleaner removed the records at `offsets` (it wakes every 15 s)."""
+    deadline = time.monotonic() + timeout_s
+    while {r.offset for r in read_topic(bed.bootstrap, bed.topic, "read_uncommitted")} & {
+        *offsets
+    }:
+        assert time.monotonic() < deadline, f"the cleaner kept {bed.topic}@{offsets}"
+        time.sleep(1)
