@@ -63,6 +63,12 @@ class TransactionCompletionError(KafkaTxnSinkError):
     """A decided transaction's fate could not be settled yet; recovery will try again."""
 
 
+class TransactionFateUnknownError(TransactionCompletionError):
+    """A decided transaction's EndTxn failed and the records that would tell whether the
+    brokers committed it are gone from the log: no loss is recorded and nothing is published
+    again; the batch stays incomplete until someone checks its rows by hand."""
+
+
 class KafkaUnavailableError(KafkaTxnSinkError):
     """The brokers cannot be reached, or a request to them timed out."""
 

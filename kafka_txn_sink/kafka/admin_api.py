@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Protocol
 
-from kafka_txn_sink.protocol.messages import Triple
+from kafka_txn_sink.protocol.messages import OffsetRanges, Triple
 
 ONGOING = "Ongoing"
 NOT_FOUND = "NotFound"
@@ -70,11 +71,33 @@ class TransactionAdmin(Protocol):
         ...
 
 
-class FateProbe(Protocol):
-    """Settles an EndTxn error: is a transaction's first record visible at read_committed?"""
+class Fate(Enum):
+    """What a transaction's records, read back from the log, say of its fate."""
 
-    def is_visible(self, topic: str, partition: int, offset: int) -> bool | None:
-        """True: committed; False: aborted; None: not settled within the deadline."""
+    COMMITTED = "committed"  # one of its records is visible at read_committed
+    ABORTED = "aborted"  # one of its records is in the log and read_committed skips it
+    # Not settled within the deadline: still open, or the brokers did not answer. Asking again
+    # later may settle it.
+    OPEN = "open"
+    # Every record that would tell is gone from the log (retention, deleteRecords,
+    # compaction): asking again never settles it.
+    UNDETERMINED = "undetermined"
+
+
+@dataclass(frozen=True)
+class FateAnswer:
+    """The probe's answer, and the records that gave it (or why none could)."""
+
+    fate: Fate
+    evidence: str
+
+
+class FateProbe(Protocol):
+    """Settles an EndTxn error: what do a transaction's records say at read_committed?"""
+
+    def fate(self, offsets: OffsetRanges) -> FateAnswer:
+        """The fate of the transaction that wrote these ranges (its first and last record
+        per partition); see `Fate`."""
         ...
 
 

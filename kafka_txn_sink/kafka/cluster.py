@@ -1,25 +1,27 @@
-"""Questions the driver asks the cluster: topics, the broker's transaction limit, and whether a
-record is visible to read_committed consumers (the fate probe)."""
+"""Questions the driver asks the cluster: topics, the broker's transaction limit, and what a
+transaction's records say of its fate (the fate probe, `fate.py`)."""
 
 from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from kafka_txn_sink.errors import KafkaUnavailableError
+from kafka_txn_sink.kafka.admin_api import FateAnswer
 from kafka_txn_sink.kafka.client_cache import ClientCache
+from kafka_txn_sink.kafka.fate import ProbeFailed, probe_fate
 from kafka_txn_sink.kafka.permissions import (
     CLUSTER_DESCRIBE_CONFIGS,
     denied,
     refused,
     topic_permission,
 )
+from kafka_txn_sink.protocol.messages import OffsetRanges
 
 MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
 # How long a shared Cluster trusts what it learnt: the brokers' transaction.max.timeout.ms and
@@ -71,7 +73,7 @@ class Cluster:
 
     def _check_topic_permissions(self, topic: str) -> None:
         """Refuse at the start a topic the sink may not write, or read back (the fate probe
-        reads a participant's first record when its EndTxn failed), naming the permission.
+        reads a participant's records when its EndTxn failed), naming the permission.
 
         The brokers say what the caller may do (KIP-430); brokers that do not say, or a
         request that fails, leave the check to the steps themselves.
@@ -139,34 +141,23 @@ class Cluster:
             values.append(int(entries[MAX_TIMEOUT_CONFIG].value))
         return min(values)
 
-    def is_visible(self, topic: str, partition: int, offset: int) -> bool | None:
-        """Whether the record at `offset` is visible to read_committed consumers.
+    def fate(self, offsets: OffsetRanges) -> FateAnswer:
+        """The fate of the transaction that wrote `offsets`, read back from the log within
+        the client timeout (`fate.probe_fate`).
 
-        True: it was committed. False: read_committed skipped it (aborted). None: undecided
-        within the deadline (still open, or the broker did not answer).
+        Raises:
+            PermissionDeniedError: the sink may not read a topic of `offsets`.
+            KafkaUnavailableError: a read failed other than by a timeout.
         """
-        consumer = Consumer(
-            {
-                **self._config,
-                "group.id": f"kafka-txn-sink-probe-{uuid.uuid4()}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-            }
-        )
         try:
-            consumer.assign([TopicPartition(topic, partition, offset)])
-            return _probe(consumer, offset, time.monotonic() + self._timeout_s)
-        except KafkaException as exc:
-            error = exc.args[0]
-            step = f"reading back record {offset} of {topic}-{partition} (the fate probe)"
+            return probe_fate(self._config, offsets, self._timeout_s)
+        except ProbeFailed as exc:
+            step = f"reading back records of {exc.topic} (the fate probe)"
             denial = refused(
-                error.code(), error.str(), self._kafka, step, topic_permission("Read", topic)
-            )
-            raise denial or KafkaUnavailableError(f"{step} failed: {error.str()}") from exc
-        finally:
-            consumer.close()
+                exc.error.code(), exc.error.str(), self._kafka, step,
+                topic_permission("Read", exc.topic),
+            )  # fmt: skip
+            raise denial or KafkaUnavailableError(f"{step} failed: {exc.error.str()}") from exc
 
     def _on_error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._AUTHENTICATION:
@@ -186,24 +177,6 @@ class Cluster:
                 f"{error.str() if error else exc}"
             ) from exc
 
-
-def _probe(consumer: Consumer, offset: int, deadline: float) -> bool | None:
-    while time.monotonic() < deadline:
-        message = consumer.poll(0.2)
-        if message is None:
-            continue
-        error = message.error()
-        if error is None:
-            return message.offset() == offset
-        if error.code() in _REFUSED:
-            raise KafkaException(error)
-        # At the end of what read_committed may see: past the offset means it was skipped.
-        if error.code() == KafkaError._PARTITION_EOF and (message.offset() or 0) > offset:
-            return False
-    return None
-
-
-_REFUSED = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError._AUTHENTICATION)
 
 _PRODUCER_ONLY = ("linger", "batch.", "compression", "queue.buffering", "message.", "partitioner")
 

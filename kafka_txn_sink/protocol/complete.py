@@ -1,12 +1,14 @@
 """Phase 2 of the commit: complete a decided batch, whatever happened since its decision.
 
 `Settler.complete(decision)` sends EndTxn(commit) for every participant the decision names
-(`txn_admin`), settles each EndTxn error by reading the participant's first record back at
-read_committed (the fate probe: an error is no proof of abort), publishes again the file
-references of a participant the broker aborted first (files mode, in recorded rounds), and
-writes the completion marker, recording what was lost. Aborting exact triples (`abort`) is the
-only other thing it does. The driver's `commit()` (decide.py), the roll-forward at start
-(recover.py) and `kafka-txn-sink recover` all complete batches through it.
+(`txn_admin`), settles each EndTxn error by reading the participant's records back (the fate
+probe, `kafka/fate.py`: an error is no proof of abort), publishes again the file references of a
+participant the broker aborted first (files mode, in recorded rounds), and writes the completion
+marker, recording what was lost. A participant whose records are gone from the log has no
+readable fate: the batch stops there, with nothing recorded lost and nothing published again.
+Aborting exact triples (`abort`) is the only other thing it does. The driver's `commit()`
+(decide.py), the roll-forward at start (recover.py) and `kafka-txn-sink recover` all complete
+batches through it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,16 @@ from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import (
     KafkaTxnSinkError,
     TransactionCompletionError,
+    TransactionFateUnknownError,
     TransactionLostError,
 )
-from kafka_txn_sink.kafka.admin_api import EndTxnResult, FateProbe, TransactionAdmin
+from kafka_txn_sink.kafka.admin_api import (
+    EndTxnResult,
+    Fate,
+    FateAnswer,
+    FateProbe,
+    TransactionAdmin,
+)
 from kafka_txn_sink.protocol.messages import (
     Completion,
     Decision,
@@ -85,6 +94,8 @@ class Settler:
         Raises:
             TransactionCompletionError: a participant's fate is still open; nothing is written,
                 and the next attempt (or restart) tries again.
+            TransactionFateUnknownError: a participant's fate cannot be read from the log any
+                more; nothing is written or published again, and asking again gives the same.
         """
         existing = self._log.completion(decision.batch_id)
         if existing is not None:
@@ -128,7 +139,7 @@ class Settler:
             record = self._log.republish(decision.batch_id, round_) or self._record_round(
                 decision, lost, round_
             )
-            if self._commit_one(record.triple, record.offsets, "republish"):
+            if self._commit_round(decision, record):
                 log.warning(
                     "batch %d of sink %s: the broker aborted Spark partition(s) %s; their "
                     "%d file reference(s) were published again (round %d)",
@@ -163,12 +174,28 @@ class Settler:
         failpoints.fire("driver.republish_recorded", decision.batch_id)
         return recorded
 
-    def _commit_one(self, triple: Triple, offsets: OffsetRanges, what: str) -> bool:
-        """Commit one transaction: True if it is committed, False if the broker aborted it."""
+    def _commit_round(self, decision: Decision, record: Republish) -> bool:
+        """Commit a republish round: True if committed, False if the broker aborted it.
+
+        Raises:
+            TransactionFateUnknownError: its records are gone; another round could publish
+                the references twice.
+        """
         [result] = self._txn_admin.end_transactions(
-            [triple], commit=True, deadline_s=self._deadline_s
+            [record.triple], commit=True, deadline_s=self._deadline_s
         )
-        return result.ok or self._visible(triple, offsets, f"{what} {result.error}")
+        if result.ok:
+            return True
+        answer = self._settle(record.triple, record.offsets, f"republish {result.error}")
+        if answer.fate is Fate.UNDETERMINED:
+            raise TransactionFateUnknownError(
+                f"batch {decision.batch_id} of sink {self._sink_id}: round {record.round} of "
+                f"publishing again the file references of Spark partition(s) "
+                f"{list(record.partitions)} ({record.triple}) could not be committed (EndTxn: "
+                f"{result.error}), and its fate cannot be read from the log: {answer.evidence}. "
+                f"{UNRESOLVED}"
+            )
+        return answer.fate is Fate.COMMITTED
 
     def _commit_all(self, decision: Decision) -> list[tuple[Participant, str]]:
         participants = list(decision.participants)
@@ -182,12 +209,26 @@ class Settler:
             [p.triple for p in participants[1:]], commit=True, deadline_s=self._deadline_s
         )
         results = {r.triple: r for r in [*first, *rest]}
-        lost = []
+        lost, unknown = [], []
         for participant in participants:
             result = results[participant.triple]
+            if result.ok:
+                continue
             error = result.error or "unknown"
-            if not result.ok and not self._visible(participant.triple, participant.offsets, error):
+            answer = self._settle(participant.triple, participant.offsets, error)
+            if answer.fate is Fate.ABORTED:
                 lost.append((participant, f"{error}; {self._loss_cause(participant.triple)}"))
+            elif answer.fate is Fate.UNDETERMINED:
+                unknown.append(
+                    f"Spark partition {participant.partition} ({participant.triple}, "
+                    f"{participant.rows} rows; EndTxn(commit) failed: {error}): {answer.evidence}"
+                )
+        if unknown:
+            raise TransactionFateUnknownError(
+                f"batch {decision.batch_id} of sink {self._sink_id} was decided, but whether the "
+                f"brokers committed part of it cannot be read from the log: {'; '.join(unknown)}"
+                f". {UNRESOLVED}"
+            )
         return lost
 
     def _loss_cause(self, triple: Triple) -> str:
@@ -214,28 +255,41 @@ class Settler:
             )
         return f"aborted ({now.state} at producer {now.producer_id} epoch {now.producer_epoch})"
 
-    def _visible(self, triple: Triple, offsets: OffsetRanges, error: str) -> bool:
-        """An EndTxn error is no proof of abort: read the transaction's first record back."""
-        topic, partition, offset = _first_record(offsets)
-        visible = self._cluster.is_visible(topic, partition, offset)
-        if visible is None:
+    def _settle(self, triple: Triple, offsets: OffsetRanges, error: str) -> FateAnswer:
+        """An EndTxn error is no proof of abort: read the transaction's records back.
+
+        Raises:
+            TransactionCompletionError: the fate is not settled within the deadline (still
+                open, or no answer); the next attempt or restart asks again.
+        """
+        answer = self._cluster.fate(offsets)
+        if answer.fate is Fate.OPEN:
             raise TransactionCompletionError(
-                f"EndTxn(commit) for {triple} failed ({error}) and its first record "
-                f"({topic}[{partition}]@{offset}) is neither visible nor skipped yet; recovery "
-                f"retries on the next batch or restart"
+                f"EndTxn(commit) for {triple} failed ({error}) and its fate is not settled yet: "
+                f"{answer.evidence}; recovery retries on the next batch or restart"
             )
         log.warning(
-            "EndTxn for %s failed (%s); probe: %s",
+            "EndTxn for %s failed (%s); probe: %s (%s)",
             triple,
             error,
-            "committed" if visible else "aborted",
+            answer.fate.value,
+            answer.evidence,
         )
-        return visible
+        return answer
 
 # How a loss's cause reads in its reason (and how the advice finds it).
 FENCED = "fenced by another attempt or run"
 TIMED_OUT = "aborted by the coordinator's transaction timeout"
 ABORTING = ("PrepareAbort", "CompleteAbort")
+# What a participant whose fate cannot be read leaves to the operator.
+UNRESOLVED = (
+    "So its fate cannot be read from the log: a transaction's records are all committed or all "
+    "aborted, and none of them is left to tell. Nothing is recorded lost "
+    "and nothing is published again: the batch stays incomplete, and every start of the query "
+    "(and kafka-txn-sink recover) stops here with this error. The sink has no command to mark "
+    "it settled; it stays unresolved: check by hand whether the consumers of these topics "
+    "received these rows."
+)
 
 
 def _still_lost(participant: Participant, republish: Republish | None) -> bool:
@@ -243,12 +297,6 @@ def _still_lost(participant: Participant, republish: Republish | None) -> bool:
     if republish is None or participant.partition not in republish.partitions:
         return True
     return any(topic not in republish.offsets for topic in participant.offsets)
-
-
-def _first_record(offsets: OffsetRanges) -> tuple[str, int, int]:
-    topic = sorted(offsets)[0]
-    partition = sorted(offsets[topic])[0]
-    return topic, partition, offsets[topic][partition][0]
 
 
 def _lost(participant: Participant, reason: str) -> LostParticipant:

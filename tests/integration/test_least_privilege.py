@@ -22,6 +22,7 @@ from kafka_txn_sink.errors import (
     KafkaTxnSinkError,
     PermissionDeniedError,
 )
+from kafka_txn_sink.kafka.admin_api import Fate
 from kafka_txn_sink.kafka.cluster import Cluster
 from kafka_txn_sink.kafka.producer import TaskTransaction
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
@@ -138,8 +139,7 @@ def test_the_readme_acls_are_enough_for_every_step(broker: SecuredKafkaBroker) -
         )
         [result] = txn_admin.end_transactions([prepared.triple], commit=True, deadline_s=30)
         assert result.ok, result.error
-    first = prepared.offsets[sink.topic][0][0]
-    assert sink.cluster().is_visible(sink.topic, 0, first) is True  # the fate probe
+    assert sink.cluster().fate(prepared.offsets).fate is Fate.COMMITTED  # the fate probe
 
     assert sink.committed() == ["row-1"]
     assert sink.open_ids() == []
@@ -234,7 +234,7 @@ def test_without_read_on_the_topic_the_fate_probe_says_so(broker: SecuredKafkaBr
     transaction.abort()
 
     with pytest.raises(PermissionDeniedError) as caught:
-        sink.cluster().is_visible(sink.topic, 0, prepared.offsets[sink.topic][0][0])
+        sink.cluster().fate(prepared.offsets)
 
     assert_names(caught.value, "Read", f"topic '{sink.topic}'", sink)
 

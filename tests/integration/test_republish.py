@@ -16,10 +16,12 @@ from pathlib import Path
 
 import fastavro
 import pytest
+from confluent_kafka import OFFSET_END, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from kafka_txn_sink import cli, failpoints
 from kafka_txn_sink.commit_log import JsonCommitLog
-from kafka_txn_sink.errors import TransactionCompletionError
+from kafka_txn_sink.errors import TransactionCompletionError, TransactionFateUnknownError
 from kafka_txn_sink.files.references import parse_reference
 from kafka_txn_sink.files.republish import Republisher
 from kafka_txn_sink.kafka.cluster import Cluster
@@ -115,8 +117,11 @@ def write_files(bed: Bed, partition: int, count: int) -> tuple[FileRef, ...]:
     return tuple(refs)
 
 
-def aborted_participant(bed: Bed, partition: int, files: int, records: int = 0) -> Participant:
-    """A prepared participant with `files` references (and records), then fenced."""
+def fenced_participant(
+    bed: Bed, partition: int, files: int, records: int = 0, committed: bool = False
+) -> Participant:
+    """A prepared participant with `files` references (and records), then fenced: aborted, or
+    committed before (the coordinator then refuses its triple all the same)."""
     txn_id = transactional_id(bed.sink_id, partition, slot=0)
     config = producer_config(bed.bootstrap, {}, txn_id, TIMEOUT_MS)
     txn = TaskTransaction(config, 30)
@@ -129,6 +134,10 @@ def aborted_participant(bed: Bed, partition: int, files: int, records: int = 0) 
     prepared = txn.prepare()
     txn.detach()
     assert prepared is not None
+    if committed:
+        with TxnAdmin(bed.bootstrap, {}) as txn_admin:
+            [result] = txn_admin.end_transactions([prepared.triple], commit=True, deadline_s=30)
+        assert result.ok, result.error
     fence = TaskTransaction(config, 30)
     fence.init()  # aborts the prepared transaction, as the coordinator's timeout would
     fence.abort()
@@ -163,7 +172,7 @@ def expected(*participants: Participant) -> Counter[str]:
 
 
 def test_aborted_references_are_published_once_with_the_files_schema(bed: Bed) -> None:
-    first, second = aborted_participant(bed, 0, files=2), aborted_participant(bed, 1, files=1)
+    first, second = fenced_participant(bed, 0, files=2), fenced_participant(bed, 1, files=1)
     decision = decide(bed, first, second)
 
     settled = bed.settler().complete(decision)
@@ -189,7 +198,7 @@ def parse_reference_body(value: bytes | None) -> dict[str, object]:
 def test_a_crash_while_republishing_never_duplicates(
     bed: Bed, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    participant = aborted_participant(bed, 0, files=3)
+    participant = fenced_participant(bed, 0, files=3)
     decision = decide(bed, participant)
     monkeypatch.setenv(failpoints.ENV, f"{point}=raise")
     with pytest.raises(failpoints.FailpointError):
@@ -210,7 +219,7 @@ def test_a_crash_while_republishing_never_duplicates(
 def test_a_recorded_round_the_broker_aborted_is_superseded(
     bed: Bed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    participant = aborted_participant(bed, 0, files=2)
+    participant = fenced_participant(bed, 0, files=2)
     decision = decide(bed, participant)
     monkeypatch.setenv(failpoints.ENV, "driver.republish_recorded=raise")
     with pytest.raises(failpoints.FailpointError):
@@ -233,7 +242,7 @@ def test_a_recorded_round_the_broker_aborted_is_superseded(
 
 
 def test_records_beside_the_references_stay_reported_lost(bed: Bed) -> None:
-    participant = aborted_participant(bed, 0, files=1, records=5)
+    participant = fenced_participant(bed, 0, files=1, records=5)
     decision = decide(bed, participant)
 
     settled = bed.settler().complete(decision)
@@ -245,7 +254,7 @@ def test_records_beside_the_references_stay_reported_lost(bed: Bed) -> None:
 
 
 def test_without_the_files_options_nothing_is_marked_complete(bed: Bed) -> None:
-    decision = decide(bed, aborted_participant(bed, 0, files=1))
+    decision = decide(bed, fenced_participant(bed, 0, files=1))
 
     with pytest.raises(TransactionCompletionError, match="restart the query"):
         bed.settler(republish=False).complete(decision)
@@ -254,10 +263,25 @@ def test_without_the_files_options_nothing_is_marked_complete(bed: Bed) -> None:
     assert bed.referenced() == Counter()
 
 
+def test_references_whose_records_are_gone_are_never_published_again(bed: Bed) -> None:
+    participant = fenced_participant(bed, 0, files=2, committed=True)
+    admin = AdminClient({"bootstrap.servers": bed.bootstrap})
+    [deleted] = admin.delete_records([TopicPartition(bed.references, 0, OFFSET_END)]).values()
+    deleted.result(timeout=30)  # deleteRecords: the references' records are gone
+    decision = decide(bed, participant)
+
+    with pytest.raises(TransactionFateUnknownError, match=r"Spark partition 0 .*log start"):
+        bed.settler().complete(decision)
+
+    assert bed.commit_log.completion(7) is None
+    assert bed.commit_log.republish(7, 0) is None
+    assert bed.referenced() == Counter()
+
+
 def test_recover_republishes_with_the_files_options(
     bed: Bed, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    participant = aborted_participant(bed, 0, files=2)
+    participant = fenced_participant(bed, 0, files=2)
     decide(bed, participant)
     root = bed.commit_log.storage.uri
     common = ["--json", "recover", "--log", root, "--bootstrap", bed.bootstrap]

@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Producer
 
 from kafka_txn_sink.errors import KafkaTxnSinkError, KafkaUnavailableError
+from kafka_txn_sink.kafka.admin_api import Fate
 from kafka_txn_sink.kafka.cluster import Cluster
 from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
 from kafka_txn_sink.kafka.txn_admin import NOT_FOUND, ONGOING, TxnAdmin
@@ -173,12 +174,12 @@ def test_probe_tells_committed_aborted_and_open_apart(kafka_bootstrap: str, topi
         txn_admin.end_transactions([aborted.triple], commit=False, deadline_s=30)
     cluster = Cluster(kafka_bootstrap, {}, timeout_ms=3000)
 
-    def probe(o: Opened) -> bool | None:
-        return cluster.is_visible(o.topic, o.partition, o.first_offset)
+    def probe(o: Opened) -> Fate:
+        return cluster.fate({o.topic: {o.partition: (o.first_offset, o.first_offset)}}).fate
 
-    assert probe(committed) is True
-    assert probe(aborted) is False
-    assert probe(still_open) is None
+    assert probe(committed) is Fate.COMMITTED
+    assert probe(aborted) is Fate.ABORTED
+    assert probe(still_open) is Fate.OPEN
     with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
         txn_admin.end_transactions([still_open.triple], commit=False, deadline_s=30)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,14 +21,24 @@ from kafka_txn_sink.errors import (
     QueryIdMismatchError,
     SupersededError,
     TransactionCompletionError,
+    TransactionFateUnknownError,
     TransactionLostError,
     TransactionTooOldError,
 )
-from kafka_txn_sink.kafka.admin_api import ONGOING, EndTxnResult, TxnState
+from kafka_txn_sink.kafka.admin_api import ONGOING, EndTxnResult, Fate, FateAnswer, TxnState
 from kafka_txn_sink.options import parse_options
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.decide import Committer
-from kafka_txn_sink.protocol.messages import Decision, Owner, Participant, Triple, now_ms
+from kafka_txn_sink.protocol.messages import (
+    Decision,
+    FileRef,
+    OffsetRanges,
+    Owner,
+    Participant,
+    Republish,
+    Triple,
+    now_ms,
+)
 from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 from kafka_txn_sink.protocol.txn_ids import transactional_id
@@ -82,12 +92,12 @@ class FakeTxnAdmin:
 
 @dataclass
 class FakeCluster:
-    visible: bool | None = True
-    probes: list[tuple[str, int, int]] = field(default_factory=list)
+    answer: Fate = Fate.COMMITTED
+    probes: list[OffsetRanges] = field(default_factory=list)
 
-    def is_visible(self, topic: str, partition: int, offset: int) -> bool | None:
-        self.probes.append((topic, partition, offset))
-        return self.visible
+    def fate(self, offsets: OffsetRanges) -> FateAnswer:
+        self.probes.append(offsets)
+        return FateAnswer(self.answer, f"{self.answer.value}: the fake says so")
 
 
 @dataclass
@@ -206,11 +216,11 @@ def test_a_transaction_without_enough_time_left_is_too_old(driver: Driver) -> No
 def test_an_endtxn_error_with_the_rows_visible_is_not_a_loss(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
     driver.txn_admin.failing[task.prepared_triple] = "ProducerFencedError"
-    driver.cluster.visible = True
+    driver.cluster.answer = Fate.COMMITTED
 
     driver.committer.commit([task], 0)
 
-    assert driver.cluster.probes == [("out", 0, 0)]
+    assert driver.cluster.probes == [{"out": {0: (0, 9)}}]
     completion = driver.log.completion(0)
     assert completion is not None and completion.lost == ()
 
@@ -218,7 +228,7 @@ def test_an_endtxn_error_with_the_rows_visible_is_not_a_loss(driver: Driver) -> 
 def test_a_real_loss_is_recorded_and_raised_once(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
     driver.txn_admin.failing[task.prepared_triple] = "ProducerFencedError"
-    driver.cluster.visible = False
+    driver.cluster.answer = Fate.ABORTED
 
     with pytest.raises(TransactionLostError, match=r"batch 0 .*Spark partition 0"):
         driver.committer.commit([task], 0)
@@ -232,7 +242,7 @@ def test_a_real_loss_is_recorded_and_raised_once(driver: Driver) -> None:
 def test_an_unsettled_fate_writes_no_completion(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
     driver.txn_admin.failing[task.prepared_triple] = "deadline exceeded"
-    driver.cluster.visible = None
+    driver.cluster.answer = Fate.OPEN
 
     with pytest.raises(TransactionCompletionError):
         driver.committer.commit([task], 0)
@@ -241,10 +251,60 @@ def test_an_unsettled_fate_writes_no_completion(driver: Driver) -> None:
     assert driver.log.completion(0) is None
 
 
+def test_an_undeterminable_fate_records_no_loss_and_stops_the_batch(driver: Driver) -> None:
+    task = prepared(driver, 0, 0)
+    driver.txn_admin.failing[task.prepared_triple] = "InvalidProducerIdMappingError"
+    driver.cluster.answer = Fate.UNDETERMINED
+
+    for _ in range(2):  # the restarted query is stopped the same way: never a loss
+        with pytest.raises(TransactionFateUnknownError, match=r"batch 0 .*Spark partition 0"):
+            driver.committer.commit([task], 0)
+
+    assert driver.log.decision(0) is not None
+    assert driver.log.completion(0) is None
+
+
+@dataclass
+class GoneRounds:
+    """A republisher whose rounds are refused by the coordinator and gone from the log."""
+
+    driver: Driver
+    rounds: list[int] = field(default_factory=list)
+
+    def prepare(
+        self, decision: Decision, participants: Sequence[Participant], round_: int
+    ) -> Republish:
+        self.rounds.append(round_)
+        triple = Triple(f"{SINK}-republish", 200 + round_, 0)
+        self.driver.txn_admin.failing[triple] = "ProducerFencedError"
+        self.driver.cluster.answer = Fate.UNDETERMINED
+        offsets = {"refs": {0: (round_, round_)}}
+        return Republish(SINK, decision.batch_id, round_, (0,), triple, 1, offsets, now_ms())
+
+
+def test_a_republish_round_whose_fate_is_gone_is_never_followed_by_another(
+    driver: Driver,
+) -> None:
+    ref = FileRef("/f/part-0.avro", "", {}, records=1, bytes=10, schema_fingerprint="f" * 64)
+    participant = Participant(0, 0, Triple(f"{SINK}-0-0", 100, 0), 1, {"refs": {0: (5, 5)}}, (ref,))
+    driver.txn_admin.failing[participant.triple] = "ProducerFencedError"
+    driver.cluster.answer = Fate.ABORTED
+    decision = Decision(SINK, QUERY, 0, (participant,), 1, 1, now_ms())
+    driver.log.put_decision(decision)
+    republisher = GoneRounds(driver)
+    settler = Settler(SINK, driver.log, driver.txn_admin, driver.cluster, 1, republisher)
+
+    with pytest.raises(TransactionFateUnknownError, match=r"round 0 .*Spark partition\(s\) \[0\]"):
+        settler.complete(decision)
+
+    assert republisher.rounds == [0]
+    assert driver.log.completion(0) is None
+
+
 def test_abort_never_touches_a_decided_participant(driver: Driver) -> None:
     task = prepared(driver, 0, 0)
     driver.txn_admin.failing[task.prepared_triple] = "deadline exceeded"
-    driver.cluster.visible = None
+    driver.cluster.answer = Fate.OPEN
     with pytest.raises(TransactionCompletionError):
         driver.committer.commit([task], 0)
     driver.txn_admin.calls.clear()
@@ -371,7 +431,7 @@ def test_a_loss_names_its_cause_from_the_epoch_the_coordinator_reports(
     task = dataclasses.replace(task, triple=Triple(f"{SINK}-0-0", 100, 0))
     driver.txn_admin.failing[task.prepared_triple] = "ProducerFencedError"
     driver.txn_admin.states[now.transactional_id] = now
-    driver.cluster.visible = False
+    driver.cluster.answer = Fate.ABORTED
 
     with pytest.raises(TransactionLostError, match=cause):
         driver.committer._check_prepared = lambda *_: None  # type: ignore[method-assign]
