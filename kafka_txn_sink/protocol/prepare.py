@@ -28,7 +28,7 @@ from pyspark import TaskContext
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import open_commit_log
-from kafka_txn_sink.errors import ConfigError, QueryIdMismatchError
+from kafka_txn_sink.errors import CommitLogError, ConfigError, QueryIdMismatchError
 from kafka_txn_sink.kafka.producer import TaskTransaction
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.messages import FileRef
@@ -114,7 +114,7 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
     task = current_task(plan)
     _check_query_id(plan, task.query_id)
     skipped = TaskCommit(task.query_id, task.batch_id, task.partition, task.attempt, "skipped")
-    if _decided(plan, task.batch_id):
+    if decided(plan, task.batch_id):
         return skipped
     options = plan.options
     txn = TaskTransaction(
@@ -247,9 +247,26 @@ def _check_query_id(plan: TaskPlan, query_id: str) -> None:
         )
 
 
-def _decided(plan: TaskPlan, batch_id: int) -> bool:
+def decided(plan: TaskPlan, batch_id: int) -> bool:
+    """Whether batch `batch_id` is decided, as this task sees the commit log.
+
+    Raises:
+        CommitLogError: the task cannot see the log the driver claimed (`_sink.json`, or the
+            Delta table's sink row): "not decided" would then be a guess, and a late attempt
+            of a decided batch would fence a participant the driver is about to commit.
+    """
     if plan.last_decided is not None and batch_id <= plan.last_decided:
         return True
     options = plan.options
     commit_log = open_commit_log(options.commit_log, options.s3, options.commit_log_format)
-    return commit_log.has_decision(batch_id)
+    if commit_log.has_decision(batch_id):
+        return True
+    if commit_log.sink_meta() is None:
+        raise CommitLogError(
+            f"this task cannot see the commit log at commitLog={options.commit_log} "
+            f"({commit_log.uri}): the driver claimed it before the batch started, but it holds "
+            "no claim here. Executors must reach the same commitLog location as the driver "
+            "(an s3:// path, or a volume mounted on every node; not a path local to the "
+            "driver), since each task checks there that its batch is not decided already"
+        )
+    return False
