@@ -69,7 +69,7 @@ SCHEMA = pa.schema(
 )
 
 def row_of(record: Record) -> tuple[str, int | None, pa.Table]:
-    """(kind, batch id, row) of a record."""
+    """(kind, batch id, row) of a record: put-if-absent keys on (kind, batch id)."""
     if isinstance(record, SinkMeta):
         return SINK, None, _sink_row(record)
     if isinstance(record, Decision):
@@ -169,6 +169,7 @@ def _republish_row(republish: Republish) -> pa.Table:
 
 
 def republish_kind(round_: int) -> str:
+    """The kind of a republish round's row: `republish_<round>`."""
     check_round(round_)
     return f"{REPUBLISH}_{round_}"
 
