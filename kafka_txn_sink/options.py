@@ -51,8 +51,8 @@ BOOTSTRAP = Option(
 TOPIC = Option("topic", "output topic of records mode", "", "unless a `topic` column exists")
 SINK_ID = Option(
     "sinkId",
-    "letters, digits, `.`, `_`; prefixes the transactional ids `{sinkId}-{slot}-{partition}`. Keep it "
-    "stable across restarts and unique per sink",
+    "letters, digits, `.`, `_`; prefixes the transactional ids `{sinkId}-{slot}-{partition}`. "
+    "Keep it stable across restarts and unique per sink",
     "",
     "yes",
 )
