@@ -179,8 +179,10 @@ def current_task(plan: TaskPlan) -> TaskIdentity:
 def open_outputs(plan: TaskPlan, txn: TaskTransaction, task: TaskIdentity) -> list[TaskOutput]:
     """The task's outputs, bound to its transaction: records mode first, then files mode."""
     outputs: list[TaskOutput] = []
+    files = plan.options.files
     if plan.columns is not None:
-        outputs.append(RecordsOutput(txn, plan.columns, plan.options.topic))
+        references = files.references_topic if files is not None else None
+        outputs.append(RecordsOutput(txn, plan.columns, plan.options.topic, references))
     if plan.files_plan is not None:
         # Imported here: a records-only sink never loads files mode (fastavro, the Avro stack).
         from kafka_txn_sink.files.output import FilesOutput
