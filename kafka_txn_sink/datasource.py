@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.options import WRITE_ID, SinkOptions, parse_options
 from kafka_txn_sink.protocol.batch_writer import batch_writer_class
-from kafka_txn_sink.protocol.prepare import TaskPlan
+from kafka_txn_sink.protocol.prepare import SPECULATION, TaskPlan, refuse_speculation
 from kafka_txn_sink.protocol.start import BatchStart, start_batch, start_write
 from kafka_txn_sink.protocol.stream_writer import stream_writer_class
 from kafka_txn_sink.records.columns import plan_columns
@@ -85,13 +85,9 @@ def register(spark: SparkSession) -> None:
 
     Raises:
         ConfigError: spark.speculation is on (speculative copies of a task would fence each
-            other's transactions).
+            other's transactions). Found by its short name, the sink's tasks refuse it instead.
     """
-    if (spark.conf.get("spark.speculation", "false") or "false").lower() == "true":
-        raise ConfigError(
-            "spark.speculation=true is not supported by kafka_txn: speculative task copies "
-            "share a transactional id and fence each other; set spark.speculation=false"
-        )
+    refuse_speculation(spark.conf.get(SPECULATION, "false"))
     try:
         spark.dataSource.register(KafkaTxnDataSource)
     except AnalysisException as exc:

@@ -48,7 +48,13 @@ BOOTSTRAP = Option(
     "kafka.bootstrap.servers", "brokers, as for Spark's Kafka sink (host:port[,host:port])", "",
     "yes",
 )
-TOPIC = Option("topic", "output topic of records mode", "", "unless a `topic` column exists")
+TOPIC = Option(
+    "topic",
+    "output topic of records mode; wins over a `topic` column, as in Spark's Kafka sink (the "
+    "column routes only without it); may not be `referencesTopic`",
+    "",
+    "unless a `topic` column exists",
+)
 SINK_ID = Option(
     "sinkId",
     "letters, digits, `.`, `_`; prefixes the transactional ids `{sinkId}-{slot}-{partition}`. "
@@ -114,7 +120,7 @@ REFERENCES_TOPIC = Option(
     "referencesTopic",
     "topic of the reference messages (location, partition values, record count, bytes, batch, "
     "sink, and the file's Avro schema inline up to `schemaInlineMaxBytes`, else its location "
-    "under `_schemas/`)",
+    "under `_schemas/`); no row of records mode is ever written to it",
     "",
     "with `path`",
     group="files",
@@ -368,6 +374,13 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         # No upper bound here: the brokers' transaction.max.timeout.ms is the one that counts.
         _check_bounds(timeout, str(TRANSACTION_TIMEOUT), MIN_TRANSACTION_TIMEOUT_MS, 2**31 - 1)
     topic = options.get(TOPIC.key, "").strip() or None
+    files = parse_files_options(options)
+    if files is not None and topic == files.references_topic:
+        raise ConfigError(
+            f"option {TOPIC} and option {REFERENCES_TOPIC} name the same topic {topic!r}: "
+            f"consumers take every message there as a committed file reference, so no row may "
+            f"be written to it; give records mode another topic"
+        )
     return SinkOptions(
         sink_id=validate_sink_id(options.get(SINK_ID.key, "")),
         commit_log=_required(options, COMMIT_LOG),
@@ -380,7 +393,7 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         kafka=kafka,
         s3=s3,
         commit_log_format=_log_format(options),
-        files=parse_files_options(options),
+        files=files,
         write_id=_write_id(options),
     )
 

@@ -1,6 +1,7 @@
 """Step 1, in every task: prepare one transaction of the batch and tell the driver about it.
 
 A task attempt of Spark partition `p`:
+0. refuses `spark.speculation=true` (`refuse_speculation`), before anything else;
 1. checks that the query writing is the one the commit log belongs to (not in a batch write,
    whose batch and query id the driver chose: `BatchWrite`);
 2. returns `skipped` if batch N is decided already (initialising the id now would fence a
@@ -45,6 +46,7 @@ WRITE_QUERY_PREFIX = "write:"
 # row (which goes alone, so a record is in the transaction as soon as the task has taken a
 # row): a call per group, not per row, and records mode produces a group through `send_many`.
 ROWS_PER_CALL = 4096
+SPECULATION = "spark.speculation"
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,10 @@ def current_task(plan: TaskPlan) -> TaskIdentity:
     context = TaskContext.get()
     if context is None:
         raise ConfigError("write() must run inside a Spark task")
+    # The one place Spark's conf is visible to the sink when Spark found it by its short name:
+    # a query hands its session's settings, Spark's conf among them, to its tasks as local
+    # properties (SQLExecution.withSQLConfPropagated); the driver's Python workers get none.
+    refuse_speculation(context.getLocalProperty(SPECULATION))
     if plan.write is not None:
         query_id, batch_id = plan.write.query_id, plan.write.batch_id
     else:
@@ -176,11 +182,30 @@ def current_task(plan: TaskPlan) -> TaskIdentity:
     )
 
 
+def refuse_speculation(value: str | None) -> None:
+    """Refuse Spark's `spark.speculation` when it is on (`value`: the setting, None if unset).
+
+    Raises:
+        ConfigError: it is on. A speculative copy of a task shares its transactional id
+            `{sinkId}-{slot}-{p}`: the copies fence each other, and a copy Spark did not choose
+            can abort a participant of a decided batch.
+    """
+    if (value or "").strip().lower() == "true":
+        raise ConfigError(
+            f"{SPECULATION}=true is not supported by kafka_txn: speculative task copies share a "
+            f"transactional id and fence each other; set {SPECULATION}=false for this Spark "
+            f"application (spark-submit --conf {SPECULATION}=false, or the session builder's "
+            f"config before the session starts)"
+        )
+
+
 def open_outputs(plan: TaskPlan, txn: TaskTransaction, task: TaskIdentity) -> list[TaskOutput]:
     """The task's outputs, bound to its transaction: records mode first, then files mode."""
     outputs: list[TaskOutput] = []
+    files = plan.options.files
     if plan.columns is not None:
-        outputs.append(RecordsOutput(txn, plan.columns, plan.options.topic))
+        references = files.references_topic if files is not None else None
+        outputs.append(RecordsOutput(txn, plan.columns, plan.options.topic, references))
     if plan.files_plan is not None:
         # Imported here: a records-only sink never loads files mode (fastavro, the Avro stack).
         from kafka_txn_sink.files.output import FilesOutput

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from kafka_txn_sink.errors import InputError
 from kafka_txn_sink.protocol.output import Transaction
-from kafka_txn_sink.records.columns import Columns
+from kafka_txn_sink.records.columns import Columns, Routing
 
 Headers = list[tuple[str, bytes | None]]
 
@@ -71,23 +71,26 @@ def bytes_list(array: pa.Array, column: str) -> list[bytes | None]:
     return values
 
 
-def send_batch(txn: Transaction, records: RecordColumns, default_topic: str | None) -> None:
-    """Produce every record of one batch in the task's transaction `txn`.
+def send_batch(
+    txn: Transaction, records: RecordColumns, routing: Routing, first_row: int = 0
+) -> None:
+    """Produce every record of one batch in the task's transaction `txn`, each to the topic
+    `routing` gives it; the batch's first row is row `first_row` of the task.
 
     Raises:
-        InputError: a record has no topic (null `topic` column and no `topic` option).
+        InputError: a record has no topic (null `topic` column and no `topic` option), or its
+            `topic` column names the references topic.
     """
-    if records.simple and default_topic is not None:
-        txn.send_many(default_topic, records.values, records.keys)
+    if records.simple and routing.default_topic is not None:
+        txn.send_many(routing.default_topic, records.values, records.keys)
         return
     for index, value in enumerate(records.values):
-        topic = (records.topics[index] if records.topics is not None else None) or default_topic
-        if topic is None:
-            raise InputError("column topic is null and there is no topic option")
+        key = records.keys[index] if records.keys is not None else None
+        cell = records.topics[index] if records.topics is not None else None
         txn.send(
-            topic,
+            routing.topic_of(cell, first_row + index, key),
             value=value,
-            key=records.keys[index] if records.keys is not None else None,
+            key=key,
             partition=records.partitions[index] if records.partitions is not None else None,
             headers=records.headers[index] if records.headers is not None else None,
         )

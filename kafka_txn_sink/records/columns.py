@@ -2,7 +2,8 @@
 
 `value` (string or binary, required), `key` (string or binary), `topic` (string), `partition`
 (int) and `headers` (array<struct<key: string, value: binary>>) are used; other columns are
-ignored, as Spark's sink does.
+ignored, as Spark's sink does. Option `topic` wins over a `topic` column, as in Spark's sink
+(its KafkaWriter.topicExpression): with the option, the column is not read at all.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class Columns:
 
 
 def plan_columns(schema: StructType, default_topic: str | None) -> Columns:
-    """Check the input schema once, on the driver.
+    """Check the input schema once, on the driver. With option topic (`default_topic`) a
+    `topic` column is left unread, whatever its type: the option wins.
 
     Raises:
         InputError: a column has a type the sink cannot write.
@@ -52,6 +54,8 @@ def plan_columns(schema: StructType, default_topic: str | None) -> Columns:
         )
     _require(fields, "value", _BYTES_TYPES, "string or binary")
     _require(fields, "key", _BYTES_TYPES, "string or binary")
+    if default_topic is not None:
+        fields.pop("topic", None)  # the option wins: the column is never read
     _require(fields, "topic", (StringType,), "string")
     _require(fields, "partition", (IntegerType,), "int")
     if "headers" in fields and not _is_headers(fields["headers"][1]):
@@ -68,6 +72,37 @@ def plan_columns(schema: StructType, default_topic: str | None) -> Columns:
         partition=_position(fields, "partition"),
         headers=_position(fields, "headers"),
     )
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Where records mode sends a row: the `topic` option when set (the column is not read
+    then), else the row's `topic` column; never to `reserved`, files mode's references topic,
+    whose messages consumers take as committed file references."""
+
+    default_topic: str | None
+    reserved: str | None = None
+
+    def topic_of(self, cell: str | None, row: int, key: bytes | None) -> str:
+        """The topic of the `row`-th row of the task (counted from 0), whose `topic` cell is
+        `cell` (None without the column).
+
+        Raises:
+            InputError: the row has no topic, or its column names the references topic.
+        """
+        if not cell:
+            if self.default_topic is None:
+                raise InputError("column topic is null and there is no topic option")
+            return self.default_topic
+        if cell == self.reserved:
+            shown = key if key is None or len(key) <= 40 else key[:40] + b"..."
+            raise InputError(
+                f"column topic of row {row} of this task (key {shown!r}) names topic {cell!r}, "
+                f"the references topic of files mode (option referencesTopic): no row may be "
+                f"written there; set option topic (which wins over the column) or change the "
+                f"column"
+            )
+        return cell
 
 
 def as_bytes(value: Any, column: str) -> bytes | None:

@@ -3,7 +3,7 @@
 Rows come from the row writer (as tuples, a group at a time) or as Arrow record batches (the
 Arrow writer, PySpark 4.1+); either way each record is produced into the task's transaction,
 with the columns `value`, `key`, `topic`, `partition` and `headers` as Spark's own Kafka sink
-reads them.
+reads them (option `topic` wins over the column; no row goes to files mode's references topic).
 """
 
 from __future__ import annotations
@@ -13,22 +13,30 @@ from typing import Any
 
 import pyarrow as pa
 
-from kafka_txn_sink.errors import InputError
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.protocol.output import Transaction
 from kafka_txn_sink.records.arrow import record_columns, send_batch
-from kafka_txn_sink.records.columns import Columns, as_bytes, as_headers, bytes_cells
+from kafka_txn_sink.records.columns import Columns, Routing, as_bytes, as_headers, bytes_cells
 
 
 class RecordsOutput:
     """One task's records, produced into its transaction (a `protocol.output.TaskOutput`)."""
 
-    def __init__(self, txn: Transaction, columns: Columns, default_topic: str | None):
+    def __init__(
+        self,
+        txn: Transaction,
+        columns: Columns,
+        default_topic: str | None,
+        reserved_topic: str | None = None,
+    ):
+        """`default_topic` is option topic; no row may go to `reserved_topic` (files mode's
+        references topic)."""
         self._txn = txn
         self._columns = columns
-        self._default_topic = default_topic
+        self._routing = Routing(default_topic, reserved_topic)
         simple = columns.topic is None and columns.partition is None and columns.headers is None
         self._bulk_topic = default_topic if simple else None
+        self._rows = 0  # rows taken so far: a failing row's position in the task's input
 
     def add_rows(self, rows: Sequence[Any]) -> None:
         """Produce each row as one record, in order: rows with only a key and a value all at
@@ -38,8 +46,9 @@ class RecordsOutput:
             InputError: a column holds what a record cannot carry, or a row has no topic.
         """
         if self._bulk_topic is None:
-            for row in rows:
-                self._send_row(row)
+            for position, row in enumerate(rows, self._rows):
+                self._send_row(row, position)
+            self._rows += len(rows)
             return
         if not rows:
             return
@@ -48,6 +57,7 @@ class RecordsOutput:
         values = bytes_cells(columns[cols.value], "value")
         keys = None if cols.key is None else bytes_cells(columns[cols.key], "key")
         self._txn.send_many(self._bulk_topic, values, keys)
+        self._rows += len(rows)
 
     def add_batch(self, batch: pa.RecordBatch) -> None:
         """Produce every row of an Arrow batch, column by column (see records/arrow.py).
@@ -55,7 +65,8 @@ class RecordsOutput:
         Raises:
             InputError: a column has a type the sink cannot write, or a row has no topic.
         """
-        send_batch(self._txn, record_columns(batch, self._columns), self._default_topic)
+        send_batch(self._txn, record_columns(batch, self._columns), self._routing, self._rows)
+        self._rows += batch.num_rows
 
     def close(self) -> tuple[FileRef, ...]:
         """Nothing is held back; no files."""
@@ -64,15 +75,16 @@ class RecordsOutput:
     def abort(self) -> None:
         """Nothing is held back: the task aborts the transaction itself."""
 
-    def _send_row(self, row: Any) -> None:
+    def _send_row(self, row: Any, position: int) -> None:
         cols = self._columns
-        topic = (row[cols.topic] if cols.topic is not None else None) or self._default_topic
-        if topic is None:
-            raise InputError("column topic is null and there is no topic option")
+        key = as_bytes(row[cols.key], "key") if cols.key is not None else None
+        topic = self._routing.topic_of(
+            row[cols.topic] if cols.topic is not None else None, position, key
+        )
         self._txn.send(
             topic,
             value=as_bytes(row[cols.value], "value"),
-            key=as_bytes(row[cols.key], "key") if cols.key is not None else None,
+            key=key,
             partition=row[cols.partition] if cols.partition is not None else None,
             headers=as_headers(row[cols.headers]) if cols.headers is not None else None,
         )

@@ -17,7 +17,7 @@ from kafka_txn_sink.errors import InputError
 from kafka_txn_sink.kafka.producer import POLL_EVERY, Prepared, TaskTransaction, producer_config
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.records.arrow import record_columns, send_batch
-from kafka_txn_sink.records.columns import plan_columns
+from kafka_txn_sink.records.columns import Routing, plan_columns
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import create_small_topic, create_topics
 
@@ -59,7 +59,7 @@ def test_arrow_batches_are_produced_in_one_prepared_transaction(kafka_bootstrap:
     txn = TaskTransaction(producer_config(kafka_bootstrap, {}, txn_id, 60_000), timeout_s=30)
     txn.init()
     for batch in batches:
-        send_batch(txn, record_columns(batch, columns), topic)
+        send_batch(txn, record_columns(batch, columns), Routing(topic))
     prepared = txn.prepare()
     txn.detach()
 

@@ -21,7 +21,7 @@ from pyspark.sql.types import (
 from kafka_txn_sink.errors import InputError
 from kafka_txn_sink.protocol.prepare import _feed_batches
 from kafka_txn_sink.records.arrow import bytes_list, record_columns, send_batch
-from kafka_txn_sink.records.columns import plan_columns
+from kafka_txn_sink.records.columns import Routing, plan_columns
 from kafka_txn_sink.records.output import RecordsOutput
 
 HEADERS = ArrayType(
@@ -71,7 +71,7 @@ def test_key_value_batch_goes_through_the_bulk_path() -> None:
     )
     txn = FakeTxn()
 
-    send_batch(txn, record_columns(batch, plan_columns(schema, "out")), "out")
+    send_batch(txn, record_columns(batch, plan_columns(schema, "out")), Routing("out"))
 
     assert txn.bulk_calls == 1
     assert txn.sent == [
@@ -81,7 +81,7 @@ def test_key_value_batch_goes_through_the_bulk_path() -> None:
     ]
 
 
-def test_topic_partition_and_headers_columns_are_used_per_record() -> None:
+def test_without_the_option_topic_partition_and_headers_columns_route_each_record() -> None:
     schema = StructType(
         [
             StructField("value", StringType()),
@@ -95,7 +95,7 @@ def test_topic_partition_and_headers_columns_are_used_per_record() -> None:
     batch = pa.record_batch(
         [
             pa.array(["a", "b"]),
-            pa.array(["t1", None]),
+            pa.array(["t1", "t2"]),
             pa.array([2, None], pa.int32()),
             pa.array([[{"key": "h", "value": b"1"}], None], headers_type),
             pa.array([7, 8], pa.int32()),
@@ -104,12 +104,12 @@ def test_topic_partition_and_headers_columns_are_used_per_record() -> None:
     )
     txn = FakeTxn()
 
-    send_batch(txn, record_columns(batch, plan_columns(schema, "fallback")), "fallback")
+    send_batch(txn, record_columns(batch, plan_columns(schema, None)), Routing(None))
 
     assert txn.bulk_calls == 0
     assert txn.sent == [
         ("t1", b"a", None, 2, [("h", b"1")]),
-        ("fallback", b"b", None, None, None),
+        ("t2", b"b", None, None, None),
     ]
 
 
@@ -118,7 +118,7 @@ def test_a_null_topic_without_a_topic_option_is_an_input_error() -> None:
     batch = pa.record_batch([pa.array(["a"]), pa.array([None], pa.string())], ["value", "topic"])
 
     with pytest.raises(InputError, match="column topic is null"):
-        send_batch(FakeTxn(), record_columns(batch, plan_columns(schema, None)), None)
+        send_batch(FakeTxn(), record_columns(batch, plan_columns(schema, None)), Routing(None))
 
 
 def test_a_header_without_a_key_is_an_input_error() -> None:
