@@ -3,6 +3,8 @@
 The tasks' librdkafka fetches its own tokens from the same settings
 (`sasl.oauthbearer.method=oidc`); kafka-python needs a token provider object, which this is.
 A token is reused until shortly before it expires; each request is bounded by a timeout.
+The endpoint must be https (security.check_token_endpoint), and a redirect is never followed:
+urllib would send the `Authorization` header, the client's credentials, on to its target.
 """
 
 from __future__ import annotations
@@ -19,10 +21,21 @@ from collections.abc import Mapping
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
 from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
+from kafka_txn_sink.kafka.security import TOKEN_ENDPOINT, check_token_endpoint
 
 TOKEN_REQUEST_TIMEOUT_S = 10.0
 REFRESH_BEFORE_EXPIRY_S = 30.0
 DEFAULT_LIFETIME_S = 300.0  # when the endpoint does not say (expires_in is optional)
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Answers every redirect with an error instead of a request to its target."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 class ClientCredentialsTokenProvider(AbstractTokenProvider):
@@ -58,6 +71,7 @@ class ClientCredentialsTokenProvider(AbstractTokenProvider):
                    if not lowered.get(f"sasl.oauthbearer.{n}")]
         if missing:
             raise ConfigError(f"OAUTHBEARER with method oidc needs option(s) {', '.join(missing)}")
+        check_token_endpoint(lowered[TOKEN_ENDPOINT])
         extensions = lowered.get("sasl.oauthbearer.extensions", "")
         return cls(
             endpoint=lowered["sasl.oauthbearer.token.endpoint.url"],
@@ -96,16 +110,28 @@ class ClientCredentialsTokenProvider(AbstractTokenProvider):
             },
         )
         try:
-            with urllib.request.urlopen(request, timeout=TOKEN_REQUEST_TIMEOUT_S) as response:
+            with _OPENER.open(request, timeout=TOKEN_REQUEST_TIMEOUT_S) as response:
                 body = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                raise ConfigError(
+                    f"OAUTHBEARER: the token endpoint (kafka.{TOKEN_ENDPOINT}) answered a "
+                    f"redirect (HTTP {exc.code}), which is not followed: the client credentials "
+                    f"are sent to that URL only. Set the option to the URL that issues tokens"
+                ) from None
+            raise _no_token(exc) from None
         except (urllib.error.URLError, TimeoutError, ValueError) as exc:
-            # The exception text may quote the request; only its kind is safe to show.
-            raise KafkaUnavailableError(
-                f"OAUTHBEARER: no token from kafka.sasl.oauthbearer.token.endpoint.url "
-                f"({type(exc).__name__}: {getattr(exc, 'code', '') or getattr(exc, 'reason', '')})"
-            ) from None
+            raise _no_token(exc) from None
         token = body.get("access_token") if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
             raise KafkaUnavailableError("OAUTHBEARER: the token endpoint's answer has no "
                                         "access_token")
         return token, float(body.get("expires_in") or DEFAULT_LIFETIME_S)
+
+
+def _no_token(exc: Exception) -> KafkaUnavailableError:
+    # The exception text may quote the request; only its kind is safe to show.
+    return KafkaUnavailableError(
+        f"OAUTHBEARER: no token from kafka.{TOKEN_ENDPOINT} "
+        f"({type(exc).__name__}: {getattr(exc, 'code', '') or getattr(exc, 'reason', '')})"
+    )
