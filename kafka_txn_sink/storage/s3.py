@@ -99,6 +99,17 @@ class S3Prefix(ABC):
         except BotoCoreError as exc:
             raise self._failed(action, where, exc) from exc
 
+    def _ranged_get(self, name: str, size: int) -> Any:
+        """S3's answer to a GET of the first `size` bytes of `name` (its `Body` unread)."""
+        return self._call(
+            "read",
+            name,
+            self._client.get_object,
+            Bucket=self.bucket,
+            Key=self._key(name),
+            Range=f"bytes=0-{max(size, 1) - 1}",
+        )
+
     def _refused(self, action: str, where: str, exc: ClientError) -> Exception:
         status, code = status_of(exc), code_of(exc)
         if code == "NoSuchBucket":
@@ -206,14 +217,7 @@ class S3Storage(S3Prefix):
             S3RequestError: the bucket does not exist, or S3 refused or did not answer.
         """
         try:
-            response = self._call(
-                "read",
-                name,
-                self._client.get_object,
-                Bucket=self.bucket,
-                Key=self._key(name),
-                Range="bytes=0-0",
-            )
+            response = self._ranged_get(name, 1)
         except S3RequestError as refused:
             if refused.code == "NoSuchKey" or refused.status == 416:  # 416: an empty object
                 return refused.status == 416
@@ -413,14 +417,7 @@ class S3FileSink(S3Prefix):
 
     def read_head(self, name: str, size: int) -> bytes:
         """The first `size` bytes of `name`, by a ranged GET."""
-        response = self._call(
-            "read",
-            name,
-            self._client.get_object,
-            Bucket=self.bucket,
-            Key=self._key(name),
-            Range=f"bytes=0-{max(size, 1) - 1}",
-        )
+        response = self._ranged_get(name, size)
         return bytes(self._call("read", name, response["Body"].read))
 
     def delete(self, name: str) -> None:
