@@ -3,13 +3,14 @@
 The tasks' librdkafka fetches its own tokens from the same settings
 (`sasl.oauthbearer.method=oidc`); kafka-python needs a token provider object, which this is.
 A token is reused until shortly before it expires; each request is bounded by a timeout.
-The endpoint must be https (security.check_token_endpoint), and a redirect is never followed:
+The endpoint must be https (`check_token_endpoint`), and a redirect is never followed:
 urllib would send the `Authorization` header, the client's credentials, on to its target.
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import threading
 import time
@@ -21,11 +22,11 @@ from collections.abc import Mapping
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
 from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
-from kafka_txn_sink.kafka.security import TOKEN_ENDPOINT, check_token_endpoint
 
 TOKEN_REQUEST_TIMEOUT_S = 10.0
 REFRESH_BEFORE_EXPIRY_S = 30.0
 DEFAULT_LIFETIME_S = 300.0  # when the endpoint does not say (expires_in is optional)
+TOKEN_ENDPOINT = "sasl.oauthbearer.token.endpoint.url"
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -135,3 +136,29 @@ def _no_token(exc: Exception) -> KafkaUnavailableError:
         f"OAUTHBEARER: no token from kafka.{TOKEN_ENDPOINT} "
         f"({type(exc).__name__}: {getattr(exc, 'code', '') or getattr(exc, 'reason', '')})"
     )
+
+
+def check_token_endpoint(url: str) -> None:
+    """Refuse an OAuth token endpoint that the client secret would reach in clear text:
+    https anywhere, http only on this host's loopback address (a local token agent).
+
+    Raises:
+        ConfigError: names the option; never the URL, which may carry credentials.
+    """
+    parts = urllib.parse.urlsplit(url.strip())
+    scheme, host = parts.scheme.lower(), parts.hostname or ""
+    if (scheme == "https" and host) or (scheme == "http" and _is_loopback(host)):
+        return
+    raise ConfigError(
+        f"option kafka.{TOKEN_ENDPOINT} must be an https:// URL: the client id and secret are "
+        "sent to it (http:// is accepted only for this host's loopback address)"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

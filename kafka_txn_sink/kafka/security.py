@@ -14,12 +14,10 @@ Values are never put in an error message: they may be secrets.
 from __future__ import annotations
 
 import atexit
-import ipaddress
 import os
 import re
 import shutil
 import tempfile
-import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -64,12 +62,11 @@ _INLINE_PEM = {
     "ssl.certificate.pem": "ssl_certfile",
     "ssl.key.pem": "ssl_keyfile",
 }
-TOKEN_ENDPOINT = "sasl.oauthbearer.token.endpoint.url"
 _OIDC = {
     "sasl.oauthbearer.method",
     "sasl.oauthbearer.client.id",
     "sasl.oauthbearer.client.secret",
-    TOKEN_ENDPOINT,
+    "sasl.oauthbearer.token.endpoint.url",
     "sasl.oauthbearer.scope",
     "sasl.oauthbearer.extensions",
 }
@@ -213,34 +210,12 @@ def check_driver_support(kafka: Mapping[str, str]) -> None:
     algorithm = lowered.get(_HOSTNAME_CHECK)
     if algorithm is not None and algorithm.lower() not in ("https", "none"):
         raise ConfigError(f"option kafka.{_HOSTNAME_CHECK} must be https or none")
-    if lowered.get(TOKEN_ENDPOINT) is not None:
-        check_token_endpoint(lowered[TOKEN_ENDPOINT])
+    token_endpoint = lowered.get("sasl.oauthbearer.token.endpoint.url")
+    if token_endpoint is not None:
+        from kafka_txn_sink.kafka.oauth import check_token_endpoint
 
+        check_token_endpoint(token_endpoint)
 
-def check_token_endpoint(url: str) -> None:
-    """Refuse an OAuth token endpoint that the client secret would reach in clear text:
-    https anywhere, http only on this host's loopback address (a local token agent).
-
-    Raises:
-        ConfigError: names the option; never the URL, which may carry credentials.
-    """
-    parts = urllib.parse.urlsplit(url.strip())
-    scheme, host = parts.scheme.lower(), parts.hostname or ""
-    if (scheme == "https" and host) or (scheme == "http" and _is_loopback(host)):
-        return
-    raise ConfigError(
-        f"option kafka.{TOKEN_ENDPOINT} must be an https:// URL: the client id and secret are "
-        "sent to it (http:// is accepted only for this host's loopback address)"
-    )
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def driver_settings(kafka: Mapping[str, str]) -> dict[str, Any]:
