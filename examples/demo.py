@@ -200,8 +200,7 @@ def start_pipeline(run: Run, max_offsets: int, name: str, spec: str) -> subproce
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
-        failpoints.ENV: spec,
-        failpoints.ENV_DIR: str(run.signals),
+        **failpoints.environment(spec, run.signals),
     }
     # Files, not pipes: nobody reads Spark's chatter while the query runs.
     out, log = run.workdir / f"{name}.out", run.workdir / f"{name}.log"

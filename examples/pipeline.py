@@ -73,8 +73,7 @@ def executor_environment() -> dict[str, str]:
     cluster) see only the environment their worker gives them, plus spark.executorEnv.*."""
     from kafka_txn_sink import failpoints
 
-    names = (failpoints.ENV, failpoints.ENV_DIR, failpoints.ENV_MAX)
-    return {name: os.environ[name] for name in names if os.environ.get(name)}
+    return {name: os.environ[name] for name in failpoints.VARIABLES if os.environ.get(name)}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 
 Inert unless `KAFKA_TXN_SINK_FAILPOINTS` is set, e.g.
 `KAFKA_TXN_SINK_FAILPOINTS="driver.after_decision=block;task.after_produce=raise-once"`
-with `KAFKA_TXN_SINK_FAILPOINT_DIR` naming a directory for the signal files:
+with `KAFKA_TXN_SINK_FAILPOINT_DIR` naming a directory for the signal files, and the test
+switch `KAFKA_TXN_SINK_TESTING=1` is set too (`environment` gives all three): a failpoint
+variable left in a job's environment is ignored, with a warning, rather than fail or block a
+production sink.
 
 - `<dir>/<name>.reached` is written each time a failpoint fires (with the pid and batch);
 - `block` waits until `<dir>/<name>.release` exists (bounded by `KAFKA_TXN_SINK_FAILPOINT_MAX_S`);
@@ -17,6 +20,7 @@ An action may be limited to one batch with `@batch`, e.g. `driver.after_decision
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import time
@@ -25,6 +29,12 @@ from pathlib import Path
 ENV = "KAFKA_TXN_SINK_FAILPOINTS"
 ENV_DIR = "KAFKA_TXN_SINK_FAILPOINT_DIR"
 ENV_MAX = "KAFKA_TXN_SINK_FAILPOINT_MAX_S"
+ENV_SWITCH = "KAFKA_TXN_SINK_TESTING"
+VARIABLES = (ENV, ENV_DIR, ENV_MAX, ENV_SWITCH)
+"""Every variable of the failpoints, e.g. to hand them on to executors."""
+
+log = logging.getLogger(__name__)
+_warned = False
 
 # Every failpoint the protocol has, in protocol order.
 TASK_POINTS = ("task.after_init", "task.after_produce", "task.after_flush")
@@ -45,10 +55,22 @@ class FailpointError(RuntimeError):
     """Raised by a failpoint set to `raise`: an injected failure, never a real one."""
 
 
+def environment(spec: str, directory: Path | str, max_s: float | None = None) -> dict[str, str]:
+    """The environment that arms failpoints `spec` in a test's processes (and the Spark
+    workers they start): signal files in `directory`, blocks bounded by `max_s`, the switch."""
+    armed = {ENV: spec, ENV_DIR: str(directory), ENV_SWITCH: "1"}
+    if max_s is not None:
+        armed[ENV_MAX] = str(max_s)
+    return armed
+
+
 def fire(name: str, batch_id: int | None = None) -> None:
     """Run the action configured for `name`, if any. Costs one dict lookup when inert."""
     spec = os.environ.get(ENV)
     if not spec:
+        return
+    if os.environ.get(ENV_SWITCH) != "1":
+        _warn_ignored()
         return
     if name not in ALL_POINTS:
         raise ValueError(f"unknown failpoint {name!r}")
@@ -70,6 +92,19 @@ def fire(name: str, batch_id: int | None = None) -> None:
         os.killpg(os.getpgid(0), signal.SIGKILL)
     elif verb != "signal":
         raise ValueError(f"unknown failpoint action {verb!r} for {name}")
+
+
+def _warn_ignored() -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning(
+            "%s is set but ignored: failpoints are a test facility, armed only with %s=1; "
+            "remove %s from this job's environment",
+            ENV,
+            ENV_SWITCH,
+            ENV,
+        )
 
 
 def reached(directory: Path, name: str) -> bool:

@@ -3,7 +3,9 @@
 kafka-python, at DEBUG, logs its whole configuration and the raw bytes of a SASL PLAIN
 handshake, both holding the password. Rather than trust each library, the sink registers the
 secret values it was given (`mask_in_logs`), and a log record factory masks them in every
-record's message before any handler sees it, as text and as the escaped forms `repr` gives.
+record before any handler sees it, as text and as the escaped forms `repr` gives: its message,
+its stack (`stack_info`) and its exception's traceback (`exc_info`, chained exceptions
+included).
 """
 
 from __future__ import annotations
@@ -60,15 +62,41 @@ def _forms(value: str) -> set[str]:
 def _masking(previous: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
-        try:
-            message = record.getMessage()
-        except Exception:  # a malformed record stays as it is; logging reports it itself
-            return record
-        masked = message
-        for secret in _secrets:
-            masked = masked.replace(secret, MASK)
-        if masked != message:
-            record.msg, record.args = masked, None
+        _mask_message(record)
+        _mask_exception(record)
+        if record.stack_info:
+            record.stack_info = _masked(record.stack_info)
         return record
 
     return factory
+
+
+def _masked(text: str) -> str:
+    for secret in _secrets:
+        text = text.replace(secret, MASK)
+    return text
+
+
+def _mask_message(record: logging.LogRecord) -> None:
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed record stays as it is; logging reports it itself
+        return
+    masked = _masked(message)
+    if masked != message:
+        record.msg, record.args = masked, None
+
+
+def _mask_exception(record: logging.LogRecord) -> None:
+    """A traceback holding a secret becomes the record's masked text (`exc_text`, which
+    formatters print instead of formatting `exc_info` again), and the exception is dropped
+    from the record so that no handler formats it unmasked."""
+    if not record.exc_info or record.exc_info[0] is None:
+        return
+    text = _TRACEBACKS.formatException(record.exc_info)
+    masked = _masked(text)
+    if masked != text:
+        record.exc_text, record.exc_info = masked, None
+
+
+_TRACEBACKS = logging.Formatter()

@@ -3,11 +3,14 @@
 The tasks' librdkafka fetches its own tokens from the same settings
 (`sasl.oauthbearer.method=oidc`); kafka-python needs a token provider object, which this is.
 A token is reused until shortly before it expires; each request is bounded by a timeout.
+The endpoint must be https (`check_token_endpoint`), and a redirect is never followed:
+urllib would send the `Authorization` header, the client's credentials, on to its target.
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import threading
 import time
@@ -23,6 +26,17 @@ from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
 TOKEN_REQUEST_TIMEOUT_S = 10.0
 REFRESH_BEFORE_EXPIRY_S = 30.0
 DEFAULT_LIFETIME_S = 300.0  # when the endpoint does not say (expires_in is optional)
+TOKEN_ENDPOINT = "sasl.oauthbearer.token.endpoint.url"
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Answers every redirect with an error instead of a request to its target."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 class ClientCredentialsTokenProvider(AbstractTokenProvider):
@@ -58,6 +72,7 @@ class ClientCredentialsTokenProvider(AbstractTokenProvider):
                    if not lowered.get(f"sasl.oauthbearer.{n}")]
         if missing:
             raise ConfigError(f"OAUTHBEARER with method oidc needs option(s) {', '.join(missing)}")
+        check_token_endpoint(lowered[TOKEN_ENDPOINT])
         extensions = lowered.get("sasl.oauthbearer.extensions", "")
         return cls(
             endpoint=lowered["sasl.oauthbearer.token.endpoint.url"],
@@ -96,16 +111,54 @@ class ClientCredentialsTokenProvider(AbstractTokenProvider):
             },
         )
         try:
-            with urllib.request.urlopen(request, timeout=TOKEN_REQUEST_TIMEOUT_S) as response:
+            with _OPENER.open(request, timeout=TOKEN_REQUEST_TIMEOUT_S) as response:
                 body = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                raise ConfigError(
+                    f"OAUTHBEARER: the token endpoint (kafka.{TOKEN_ENDPOINT}) answered a "
+                    f"redirect (HTTP {exc.code}), which is not followed: the client credentials "
+                    f"are sent to that URL only. Set the option to the URL that issues tokens"
+                ) from None
+            raise _no_token(exc) from None
         except (urllib.error.URLError, TimeoutError, ValueError) as exc:
-            # The exception text may quote the request; only its kind is safe to show.
-            raise KafkaUnavailableError(
-                f"OAUTHBEARER: no token from kafka.sasl.oauthbearer.token.endpoint.url "
-                f"({type(exc).__name__}: {getattr(exc, 'code', '') or getattr(exc, 'reason', '')})"
-            ) from None
+            raise _no_token(exc) from None
         token = body.get("access_token") if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
             raise KafkaUnavailableError("OAUTHBEARER: the token endpoint's answer has no "
                                         "access_token")
         return token, float(body.get("expires_in") or DEFAULT_LIFETIME_S)
+
+
+def _no_token(exc: Exception) -> KafkaUnavailableError:
+    # The exception text may quote the request; only its kind is safe to show.
+    return KafkaUnavailableError(
+        f"OAUTHBEARER: no token from kafka.{TOKEN_ENDPOINT} "
+        f"({type(exc).__name__}: {getattr(exc, 'code', '') or getattr(exc, 'reason', '')})"
+    )
+
+
+def check_token_endpoint(url: str) -> None:
+    """Refuse an OAuth token endpoint that the client secret would reach in clear text:
+    https anywhere, http only on this host's loopback address (a local token agent).
+
+    Raises:
+        ConfigError: names the option; never the URL, which may carry credentials.
+    """
+    parts = urllib.parse.urlsplit(url.strip())
+    scheme, host = parts.scheme.lower(), parts.hostname or ""
+    if (scheme == "https" and host) or (scheme == "http" and _is_loopback(host)):
+        return
+    raise ConfigError(
+        f"option kafka.{TOKEN_ENDPOINT} must be an https:// URL: the client id and secret are "
+        "sent to it (http:// is accepted only for this host's loopback address)"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

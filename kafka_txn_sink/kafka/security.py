@@ -210,6 +210,12 @@ def check_driver_support(kafka: Mapping[str, str]) -> None:
     algorithm = lowered.get(_HOSTNAME_CHECK)
     if algorithm is not None and algorithm.lower() not in ("https", "none"):
         raise ConfigError(f"option kafka.{_HOSTNAME_CHECK} must be https or none")
+    token_endpoint = lowered.get("sasl.oauthbearer.token.endpoint.url")
+    if token_endpoint is not None:
+        from kafka_txn_sink.kafka.oauth import check_token_endpoint
+
+        check_token_endpoint(token_endpoint)
+
 
 
 def driver_settings(kafka: Mapping[str, str]) -> dict[str, Any]:

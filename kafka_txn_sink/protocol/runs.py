@@ -13,20 +13,22 @@ run the same query on the same sink. What keeps a decided batch safe between the
   of that batch must fail, so it never launches another stage.
 
 A run is a driver process: Spark calls the sink's driver steps in short-lived Python workers, so
-the run is found again from the driver's JVM (`driver_identity`), whose process id and start
-time the workers share. docs/protocol.md has the argument and the model that checked it.
+the run is found again from what the driver's JVM gives every such worker (`driver_identity`).
+docs/protocol.md has the argument and the model that checked it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from kafka_txn_sink.commit_log import CommitLog
-from kafka_txn_sink.errors import CommitLogError, SupersededError
+from kafka_txn_sink.errors import CommitLogError, ConfigError, SupersededError
 from kafka_txn_sink.protocol.messages import Decision, Owner, Release, now_ms
 from kafka_txn_sink.protocol.txn_ids import SLOTS
 
@@ -44,21 +46,48 @@ class RunRef:
     slot: int
 
 
-def driver_identity() -> str:
-    """This driver, as `host:pid@start`: the nearest `java` ancestor process (Spark's driver
-    JVM, which starts the Python workers), or this process where there is none (/proc absent,
-    or called outside Spark)."""
+# Spark's driver sets this for every Python worker it starts for a driver step (its
+# PythonPlannerRunner: the planner's `streamWriter()`/`writer()`, the commit worker): the
+# driver's block manager directories, each named `blockmgr-<random UUID>` when the driver's
+# SparkContext starts. So the value is the same in every such worker of one driver, whatever
+# process forked it, and new in every driver (seen in PySpark 4.0 and 4.2, daemon or not).
+SPARK_DIRS_ENV = "SPARK_LOCAL_DIRS"
+_BLOCK_MANAGER_DIR = re.compile(r"blockmgr-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+# Set by Spark for every Python worker it starts, and by nothing else.
+_SPARK_WORKER_ENV = ("SPARK_BUFFER_SIZE", "SPARK_AUTH_SOCKET_TIMEOUT")
+# Outside Spark (tests, tools calling the driver steps in one process): this process, with a
+# token so that a later process given the same pid is another driver.
+_PROCESS_TOKEN = uuid.uuid4().hex[:12]
+
+
+def driver_identity(environ: Mapping[str, str] | None = None) -> str:
+    """This driver, as `host:blockmgr-<uuid>`: the block manager directory of the Spark driver
+    whose Python worker this is (`SPARK_DIRS_ENV`), the same in each of its workers; outside
+    a Spark worker, this process.
+
+    Needs no process table (/proc), so it holds on macOS, in sandboxed workers and in workers
+    forked by Spark's daemon, whose parents differ from step to step.
+
+    Raises:
+        ConfigError: this is a Spark Python worker, but without its driver's block manager
+            directory: the steps of one driver could not be told from another driver's.
+    """
+    env = os.environ if environ is None else environ
     host = socket.gethostname()
-    pid = os.getpid()
-    for _ in range(8):
-        stat = _proc_stat(pid)
-        if stat is None:
-            break
-        name, parent, started = stat
-        if name.startswith("java"):
-            return f"{host}:{pid}@{started}"
-        pid = parent
-    return f"{host}:{os.getpid()}"
+    dirs = env.get(SPARK_DIRS_ENV, "")
+    found = _BLOCK_MANAGER_DIR.search(dirs)
+    if found is not None:
+        return f"{host}:{found.group(0)}"
+    if any(name in env for name in _SPARK_WORKER_ENV):
+        raise ConfigError(
+            f"kafka_txn cannot tell which Spark driver runs this step: the Python worker's "
+            f"{SPARK_DIRS_ENV} is {dirs!r}, not the driver's block manager directory "
+            f"(blockmgr-<uuid>) that Spark 4.0-4.2 give every driver-side Python worker. The "
+            f"sink needs it to tell its own runs from another driver's (protocol/runs.py): "
+            f"use a Spark whose driver passes it (Apache Spark 4.0 to 4.2 do), or report your "
+            f"Spark distribution to the project"
+        )
+    return f"{host}:{os.getpid()}-{_PROCESS_TOKEN}"
 
 
 def take_over(sink_id: str, commit_log: CommitLog, fresh_ms: int) -> Owner:
@@ -191,14 +220,3 @@ def may_abort(
     holders = {owner.slot: owner.run for owner in owners}
     holder = holders.get(slot, -1) if slot is not None else -1
     return holder < latest.run
-
-
-def _proc_stat(pid: int) -> tuple[str, int, str] | None:
-    """(executable name, parent pid, start time in clock ticks) of `pid`, from /proc."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        name = Path(os.readlink(f"/proc/{pid}/exe")).name
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return name, int(fields[1]), fields[19]

@@ -99,14 +99,30 @@ class S3Prefix(ABC):
         except BotoCoreError as exc:
             raise self._failed(action, where, exc) from exc
 
+    def _ranged_get(self, name: str, size: int) -> Any:
+        """S3's answer to a GET of the first `size` bytes of `name` (its `Body` unread)."""
+        return self._call(
+            "read",
+            name,
+            self._client.get_object,
+            Bucket=self.bucket,
+            Key=self._key(name),
+            Range=f"bytes=0-{max(size, 1) - 1}",
+        )
+
     def _refused(self, action: str, where: str, exc: ClientError) -> Exception:
         status, code = status_of(exc), code_of(exc)
         if code == "NoSuchBucket":
-            message = f"cannot {action} {where}: bucket {self.bucket!r} does not exist"
-        else:
-            detail = exc.response.get("Error", {}).get("Message", "")
-            message = f"cannot {action} {where}: HTTP {status} {code} {detail}".rstrip()
+            return self._no_bucket(action, where)
+        detail = exc.response.get("Error", {}).get("Message", "")
+        message = f"cannot {action} {where}: HTTP {status} {code} {detail}".rstrip()
         return self._error(self._scrub(f"{message} (endpoint {self.endpoint})"), status, code)
+
+    def _no_bucket(self, action: str, where: str) -> Exception:
+        message = f"cannot {action} {where}: bucket {self.bucket!r} does not exist"
+        return self._error(
+            self._scrub(f"{message} (endpoint {self.endpoint})"), 404, "NoSuchBucket"
+        )
 
     def _failed(self, action: str, where: str, exc: Exception) -> Exception:
         message = f"cannot {action} {where}: S3 endpoint {self.endpoint} failed: {exc}"
@@ -194,14 +210,34 @@ class S3Storage(S3Prefix):
         return self._call("read", name, response["Body"].read)
 
     def exists(self, name: str) -> bool:
-        """Whether the key exists (a missing bucket is an error, not False)."""
-        # A HEAD answers 404 for a missing bucket as for a missing key; a one-key listing of the
-        # exact name tells them apart (NoSuchBucket) at the price of one request as well.
-        key = self._key(name)
-        page = self._call(
-            "list", name, self._client.list_objects_v2, Bucket=self.bucket, Prefix=key, MaxKeys=1
-        )
-        return any(item["Key"] == key for item in page.get("Contents", []))
+        """Whether the key exists, by a one-byte GET of the key itself: never a listing, which
+        may lag a write on some stores. A missing bucket is an error, not False.
+
+        Raises:
+            S3RequestError: the bucket does not exist, or S3 refused or did not answer.
+        """
+        try:
+            response = self._ranged_get(name, 1)
+        except S3RequestError as refused:
+            if refused.code == "NoSuchKey" or refused.status == 416:  # 416: an empty object
+                return refused.status == 416
+            if refused.status != 404 or refused.code == "NoSuchBucket":
+                raise
+            # A 404 without S3's error code (a proxy, a HEAD-like answer) does not say which
+            # is missing: the key, or the bucket.
+            self._check_bucket("read", name)
+            return False
+        response["Body"].close()
+        return True
+
+    def _check_bucket(self, action: str, name: str) -> None:
+        """Raise the missing bucket's error if a HEAD of the bucket answers 404."""
+        try:
+            self._call(action, name, self._client.head_bucket, Bucket=self.bucket)
+        except S3RequestError as refused:
+            if refused.status == 404:
+                raise self._no_bucket(action, f"{self.uri}/{name}") from refused
+            raise
 
     def put(self, name: str, data: bytes) -> None:
         """Plain overwrite: only for best-effort data such as hints."""
@@ -381,14 +417,7 @@ class S3FileSink(S3Prefix):
 
     def read_head(self, name: str, size: int) -> bytes:
         """The first `size` bytes of `name`, by a ranged GET."""
-        response = self._call(
-            "read",
-            name,
-            self._client.get_object,
-            Bucket=self.bucket,
-            Key=self._key(name),
-            Range=f"bytes=0-{max(size, 1) - 1}",
-        )
+        response = self._ranged_get(name, size)
         return bytes(self._call("read", name, response["Body"].read))
 
     def delete(self, name: str) -> None:

@@ -141,9 +141,7 @@ def start(spec: QuerySpec, directory: Path, failpoint_spec: str = "") -> Running
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
-        failpoints.ENV: failpoint_spec,
-        failpoints.ENV_DIR: str(directory / "failpoints"),
-        failpoints.ENV_MAX: "300",
+        **failpoints.environment(failpoint_spec, directory / "failpoints", max_s=300),
     }
     with (
         (directory / "pipeline.out").open("wb") as out,

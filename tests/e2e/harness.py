@@ -109,9 +109,7 @@ class Pipeline:
             "PYSPARK_PYTHON": self.python,
             "PYSPARK_DRIVER_PYTHON": self.python,
             "SPARK_LOCAL_IP": "127.0.0.1",
-            failpoints.ENV: failpoint_spec,
-            failpoints.ENV_DIR: str(self.signals),
-            failpoints.ENV_MAX: "300",
+            **failpoints.environment(failpoint_spec, self.signals, max_s=300),
         }
         return subprocess.Popen(
             args,

@@ -82,9 +82,7 @@ def start_write(
         "PYSPARK_PYTHON": pipeline.python,
         "PYSPARK_DRIVER_PYTHON": pipeline.python,
         "SPARK_LOCAL_IP": "127.0.0.1",
-        failpoints.ENV: failpoint_spec,
-        failpoints.ENV_DIR: str(pipeline.signals),
-        failpoints.ENV_MAX: "300",
+        **failpoints.environment(failpoint_spec, pipeline.signals, max_s=300),
         **(env or {}),
     }
     return subprocess.Popen(

@@ -50,9 +50,9 @@ QUERY_TIMEOUT_S = 180
 def signals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Failpoint signals of the Spark workers; set before the session starts, which they inherit."""
     directory = tmp_path_factory.mktemp("signals")
-    saved = {k: os.environ.get(k) for k in (failpoints.ENV, failpoints.ENV_DIR)}
-    os.environ[failpoints.ENV] = ";".join(f"{name}=signal" for name in SIGNALLED)
-    os.environ[failpoints.ENV_DIR] = str(directory)
+    saved = {k: os.environ.get(k) for k in failpoints.VARIABLES}
+    spec = ";".join(f"{name}=signal" for name in SIGNALLED)
+    os.environ.update(failpoints.environment(spec, directory))
     yield directory
     for key, value in saved.items():
         if value is None:

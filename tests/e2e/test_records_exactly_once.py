@@ -45,6 +45,11 @@ def test_several_batches_over_several_partitions(pipeline: Pipeline) -> None:
     assert {p.transactional_id for p in first.participants} == {
         transactional_id(pipeline.sink_id, p, slot=0) for p in range(3)
     }
+    # One run from the first batch to the last: the planner's and the commit worker's steps,
+    # each in a Python worker of its own, found the same driver without the process table
+    # (protocol/runs.py: Spark's block manager directory, not the JVM's pid from /proc).
+    owners = commit_log.owners()
+    assert len(owners) == 1 and ":blockmgr-" in owners[0].driver, owners
     for record in read_topic(pipeline.bootstrap, pipeline.output):
         assert record.key is not None
         assert record.partition == (murmur2(record.key) & 0x7FFFFFFF) % 3, record.key

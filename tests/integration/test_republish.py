@@ -92,6 +92,7 @@ def bed(kafka_bootstrap: str, tmp_path: Path, unique: Callable[[str], str]) -> B
 def no_failpoints(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.delenv(failpoints.ENV, raising=False)
     monkeypatch.setenv(failpoints.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(failpoints.ENV_SWITCH, "1")
     yield
 
 

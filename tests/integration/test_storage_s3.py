@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from botocore.awsrequest import AWSResponse
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 from kafka_txn_sink.commit_log import JsonCommitLog, open_commit_log
 from kafka_txn_sink.commit_log.json_log import decision_name
@@ -146,8 +146,11 @@ class _Raw:
 
 
 def _response(status: int, code: str) -> AWSResponse:
-    body = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
-    return AWSResponse("http://injected", status, {}, _Raw(body))
+    return _answer(status, f"<Error><Code>{code}</Code><Message>injected</Message></Error>")
+
+
+def _answer(status: int, body: str) -> AWSResponse:
+    return AWSResponse("http://injected", status, HTTPHeaders(), _Raw(body.encode()))
 
 
 def test_missing_bucket_is_a_clear_error(settings: S3Settings) -> None:
@@ -163,6 +166,48 @@ def test_missing_bucket_is_a_clear_error(settings: S3Settings) -> None:
             action()
         assert "bucket 'no-such-bucket-here' does not exist" in str(info.value)
         _secret_free(info.value)
+
+
+def _lagging_listing(**kwargs: Any) -> AWSResponse:
+    """A listing that does not show a write yet, as stores whose listing lags answer."""
+    return _answer(200, "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>")
+
+
+def test_existence_is_seen_right_after_the_write_whatever_the_listing_says(
+    storage: S3Storage,
+) -> None:
+    storage._client.meta.events.register("before-send.s3.ListObjectsV2", _lagging_listing)
+    assert storage.put_if_absent("decisions/7.json", b"decided") is True
+    assert storage.exists("decisions/7.json")
+    assert not storage.exists("decisions/8.json")
+    assert not storage.exists("decisions/7")  # a prefix of a key is no key
+    storage.put("_hints/empty", b"")
+    assert storage.exists("_hints/empty")  # no byte to read, but there
+
+
+def test_a_bucket_deleted_under_a_storage_is_an_error_naming_it(
+    bucket: str, settings: S3Settings
+) -> None:
+    storage = S3Storage(bucket, "gone/_log", settings)
+    assert not storage.exists("decisions/1.json")
+    storage._client.delete_bucket(Bucket=bucket)
+    with pytest.raises(CommitLogError, match=f"bucket '{bucket}' does not exist") as info:
+        storage.exists("decisions/1.json")
+    _secret_free(info.value)
+
+
+def _bare_404(**kwargs: Any) -> AWSResponse:
+    return _answer(404, "")
+
+
+def test_a_404_without_an_error_code_asks_the_bucket(storage: S3Storage) -> None:
+    """A proxy or store answering a bare 404: a missing key only once the bucket is there."""
+    storage._client.meta.events.register("before-send.s3.GetObject", _bare_404)
+    assert not storage.exists("decisions/1.json")
+    gone = S3Storage("no-such-bucket-here", "log", storage.settings)
+    gone._client.meta.events.register("before-send.s3.GetObject", _bare_404)
+    with pytest.raises(CommitLogError, match="bucket 'no-such-bucket-here' does not exist"):
+        gone.exists("decisions/1.json")
 
 
 def test_unreachable_endpoint_is_a_clear_error() -> None:

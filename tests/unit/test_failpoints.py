@@ -12,8 +12,8 @@ from kafka_txn_sink import failpoints
 @pytest.fixture
 def armed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
     def arm(spec: str) -> Path:
-        monkeypatch.setenv(failpoints.ENV, spec)
-        monkeypatch.setenv(failpoints.ENV_DIR, str(tmp_path))
+        for name, value in failpoints.environment(spec, tmp_path).items():
+            monkeypatch.setenv(name, value)
         return tmp_path
 
     return arm
@@ -22,6 +22,24 @@ def armed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-u
 def test_inert_without_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(failpoints.ENV, raising=False)
     failpoints.fire("driver.after_decision", 1)
+
+
+def test_inert_without_the_test_switch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failpoint configured outside a test (the variable left set, or set by someone who can
+    set a job's environment) neither fails nor blocks the sink."""
+    monkeypatch.delenv("KAFKA_TXN_SINK_TESTING", raising=False)
+    monkeypatch.setattr(failpoints, "_warned", False)
+    monkeypatch.setenv("KAFKA_TXN_SINK_FAILPOINTS", "driver.after_decision=raise")
+    monkeypatch.setenv("KAFKA_TXN_SINK_FAILPOINT_DIR", str(tmp_path))
+
+    failpoints.fire("driver.after_decision", 1)
+    failpoints.fire("driver.after_decision", 2)
+
+    assert not failpoints.reached(tmp_path, "driver.after_decision")
+    warnings = [r.getMessage() for r in caplog.records if r.name == failpoints.__name__]
+    assert len(warnings) == 1 and "KAFKA_TXN_SINK_TESTING=1" in warnings[0]
 
 
 def test_raise_once_raises_only_the_first_time(armed) -> None:  # type: ignore[no-untyped-def]

@@ -198,12 +198,15 @@ def test_a_keystore_with_a_wrong_password_is_refused_without_it(tmp_path: Path) 
 class TokenEndpoint(BaseHTTPRequestHandler):
     requests: ClassVar[list[tuple[str, dict[str, list[str]]]]] = []
     status = 200
+    location = ""
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"])).decode()
         TokenEndpoint.requests.append((self.headers["Authorization"], parse_qs(body)))
         payload = json.dumps({"access_token": "tok-1", "expires_in": 3600}).encode()
         self.send_response(self.status)
+        if self.location:
+            self.send_header("Location", self.location)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
@@ -215,7 +218,7 @@ class TokenEndpoint(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def token_endpoint() -> Iterator[str]:
-    TokenEndpoint.requests, TokenEndpoint.status = [], 200
+    TokenEndpoint.requests, TokenEndpoint.status, TokenEndpoint.location = [], 200, ""
     server = HTTPServer(("127.0.0.1", 0), TokenEndpoint)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -253,6 +256,51 @@ def test_a_refused_token_request_says_so_without_the_secret(token_endpoint: str)
         provider.token()
 
     assert "401" in str(caught.value) and "oauth-secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://idp.example.com/token", "http://10.0.0.5/token", "ftp://idp/token", "idp"]
+)
+def test_a_token_endpoint_that_is_not_https_is_refused(url: str) -> None:
+    kafka = oidc(url)
+    with pytest.raises(ConfigError, match=r"kafka\.sasl\.oauthbearer\.token\.endpoint\.url"):
+        check_driver_support(kafka)
+    with pytest.raises(ConfigError, match="https://") as caught:
+        ClientCredentialsTokenProvider.from_settings(kafka)
+    assert "oauth-secret" not in str(caught.value)
+
+
+class RedirectTarget(BaseHTTPRequestHandler):
+    """Where a redirecting token endpoint points: records whatever reaches it."""
+
+    seen: ClassVar[list[str | None]] = []
+
+    def do_GET(self) -> None:
+        RedirectTarget.seen.append(self.headers["Authorization"])
+        self.send_response(404)
+        self.end_headers()
+
+    do_POST = do_GET
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_credentials_never_follow_a_redirect(token_endpoint: str) -> None:
+    target = HTTPServer(("127.0.0.1", 0), RedirectTarget)
+    thread = threading.Thread(target=target.serve_forever, daemon=True)
+    thread.start()
+    RedirectTarget.seen = []
+    TokenEndpoint.status, TokenEndpoint.location = 302, f"http://127.0.0.1:{target.server_port}/"
+    provider = ClientCredentialsTokenProvider.from_settings(oidc(token_endpoint))
+    try:
+        with pytest.raises(ConfigError, match="redirect") as caught:
+            provider.token()
+    finally:
+        target.shutdown()
+        thread.join(timeout=10)
+    assert RedirectTarget.seen == []  # neither the request nor the credentials went on
+    assert "token.endpoint.url" in str(caught.value) and "oauth-secret" not in str(caught.value)
 
 
 def test_oidc_without_its_client_settings_names_them() -> None:

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import subprocess
 import sys
+
+from kafka_txn_sink.options import parse_options
 
 SECRET = "pw-7f3a\\x00zz"  # also tests a form that repr escapes
 
@@ -52,3 +56,50 @@ def test_the_sink_masks_its_secrets_in_every_log_record() -> None:
     assert "sasl_plain_password" in out  # kafka-python still logs its configuration...
     assert "pw-7f3a" not in out  # ...without the password, in any form
     assert "***" in out
+
+
+JAAS_PASSWORD = "jaas-pw-5d1e"
+S3_SECRET = "s3-secret-8b0c"
+
+
+def stack_logged(log: logging.Logger) -> None:
+    log.debug("where from", stack_info=True)  # jaas-pw-5d1e: a secret in a stack's source line
+
+
+def test_tracebacks_chained_messages_and_stacks_are_masked() -> None:
+    parse_options(
+        {
+            "kafka.bootstrap.servers": "127.0.0.1:9",
+            "topic": "t",
+            "sinkId": "s",
+            "commitLog": "s3://bucket/log",
+            "s3.secretAccessKey": S3_SECRET,
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+            f'required username="alice" password="{JAAS_PASSWORD}";',
+        }
+    )
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    log = logging.getLogger("kafka_txn_sink.tests.tracebacks")
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    try:
+        try:
+            raise ValueError(f"login refused for password {JAAS_PASSWORD!r}")
+        except ValueError as refused:
+            raise RuntimeError(f"S3 said no to {S3_SECRET}") from refused
+    except RuntimeError:
+        log.exception("cannot start")
+        log.debug("at debug", exc_info=True)
+    stack_logged(log)
+    log.removeHandler(handler)
+
+    text = out.getvalue()
+    assert "cannot start" in text and "at debug" in text and "where from" in text
+    assert "RuntimeError" in text and "ValueError" in text and "stack_logged" in text
+    assert JAAS_PASSWORD not in text
+    assert S3_SECRET not in text
+    assert "***" in text

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
-from kafka_txn_sink.errors import SupersededError
+from kafka_txn_sink.errors import ConfigError, SupersededError
 from kafka_txn_sink.protocol import runs
 from kafka_txn_sink.protocol.messages import Decision, Owner, Release, now_ms
 from kafka_txn_sink.protocol.runs import (
@@ -195,3 +199,57 @@ def test_a_driver_takes_over_from_a_run_that_released(
     as_driver(monkeypatch, "a")
     assert take_over(SINK, commit_log, FRESH_MS).run == 2
     assert first.run == 0
+
+
+# What Spark's driver gives each Python worker it starts for a driver step (PythonPlannerRunner:
+# the planner's `streamWriter()`, the commit worker's `commit()`/`abort()`): its block manager
+# directories, the same in every worker of one driver, a new UUID in each driver (seen in
+# PySpark 4.0 and 4.2). Each step below is its own process with no `java` ancestor, as on macOS
+# (no /proc), in a sandbox, or with a daemon-forked worker.
+SPARK_WORKER_ENV = {
+    "SPARK_BUFFER_SIZE": "65536",
+    "SPARK_AUTH_SOCKET_TIMEOUT": "15",
+    "SPARK_LOCAL_DIRS": "/tmp/blockmgr-62913dff-6c07-41ad-b272-0c06f0e58361",
+}
+DRIVER_STEP = """
+import sys
+from kafka_txn_sink.commit_log import open_commit_log
+from kafka_txn_sink.protocol.runs import take_over
+owner = take_over("orders", open_commit_log(sys.argv[1], None, "json"), 60_000)
+print(owner.run, owner.slot)
+"""
+
+
+def driver_step(log_dir: Path, env: dict[str, str]) -> str:
+    """One driver step (`take_over`) in a worker process of its own; its run and slot."""
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER_STEP, str(log_dir)],
+        env={**env, "PYTHONPATH": root, "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_every_worker_of_one_spark_driver_finds_the_same_run(tmp_path: Path) -> None:
+    steps = ["planner 0", "commit 0", "planner 1", "commit 1"]
+    found = [driver_step(tmp_path / "log", SPARK_WORKER_ENV) for _ in steps]
+    assert found == ["0 0"] * len(steps)
+    other_driver = {**SPARK_WORKER_ENV, "SPARK_LOCAL_DIRS": "/x/blockmgr-" + str(uuid.uuid4())}
+    assert driver_step(tmp_path / "log", other_driver) == "1 1"
+
+
+def test_a_spark_worker_without_the_drivers_directories_is_refused() -> None:
+    env = {**SPARK_WORKER_ENV, "SPARK_LOCAL_DIRS": "/mnt/spark"}  # no block manager directory
+    with pytest.raises(ConfigError, match="SPARK_LOCAL_DIRS") as caught:
+        runs.driver_identity(env)
+    assert "/mnt/spark" in str(caught.value)
+
+
+def test_outside_spark_the_driver_is_this_process() -> None:
+    assert runs.driver_identity({}) == runs.driver_identity({})
+    assert runs.driver_identity({}) != runs.driver_identity(SPARK_WORKER_ENV)
