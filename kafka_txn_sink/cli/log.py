@@ -25,7 +25,7 @@ from kafka_txn_sink.cli.common import (
 )
 from kafka_txn_sink.cli.render import Output, Payload, iso
 from kafka_txn_sink.commit_log import CommitLog
-from kafka_txn_sink.protocol.messages import Completion, Decision
+from kafka_txn_sink.protocol.messages import Abort, Completion, Decision
 
 
 def add_parser(commands: Any) -> None:
@@ -119,20 +119,25 @@ def _render_log_list(payload: Payload, console: Console) -> None:
 def cmd_log_show(args: argparse.Namespace, out: Output) -> int:
     """`log show BATCH`: one batch's decision, its participants and its completion."""
     commit_log, _ = open_log(args)
-    decision = commit_log.decision(args.batch)
+    decision, round_ = commit_log.settled(args.batch)
+    aborted = [commit_log.outcome(args.batch, r) for r in range(round_)]
     if decision is None:
-        raise CliError(f"batch {args.batch} has no decision in {commit_log.uri}", REFUSED)
+        closed = f"; round(s) 0-{round_ - 1} were aborted" if round_ else ""
+        raise CliError(
+            f"batch {args.batch} has no decision in {commit_log.uri}{closed}", REFUSED
+        )
     completion = commit_log.completion(args.batch)
     payload = {
         "log": commit_log.uri,
         "decision": _record_json(decision),
+        "aborted_rounds": [_record_json(a) for a in aborted if a is not None],
         "completion": _record_json(completion) if completion else None,
     }
     out.emit(payload, _render_log_show)
     return OK
 
 
-def _record_json(record: Decision | Completion) -> Payload:
+def _record_json(record: Decision | Abort | Completion) -> Payload:
     body: Payload = json.loads(record.to_json())
     return body
 
@@ -153,6 +158,12 @@ def _render_log_show(payload: Payload, console: Console) -> None:
         "tasks / participants", f"{decision['tasks']} / {len(decision['participants'])}"
     )
     summary.add_row("rows", str(decision["rows"]))
+    if payload["aborted_rounds"]:
+        rounds = ", ".join(
+            f"{a['round']} (run {a.get('run', '-')}, {iso(a['recorded_at_ms'])})"
+            for a in payload["aborted_rounds"]
+        )
+        summary.add_row("aborted rounds before it", rounds)
     summary.add_row("completed at", iso(completion["completed_at_ms"]) if completion else "no")
     console.print(summary)
     console.print(_participants_table(decision["participants"], "participants"))

@@ -15,6 +15,7 @@ from kafka_txn_sink.cli.transactions import alive_because
 from kafka_txn_sink.commit_log import JsonCommitLog
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnState
 from kafka_txn_sink.protocol.messages import (
+    Abort,
     Completion,
     Decision,
     LostParticipant,
@@ -141,6 +142,26 @@ def test_log_show_unknown_batch(log_dir: Path, capsys: pytest.CaptureFixture[str
     assert code == 1
     assert captured.out == ""
     assert captured.err == f"kafka-txn-sink: error: batch 7 has no decision in {log_dir.as_uri()}\n"
+
+
+def test_log_show_names_the_aborted_rounds_before_a_decision(
+    log_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    commit_log = JsonCommitLog(LocalStorage(log_dir))
+    commit_log.put_abort(Abort("orders", 3, 0, (), DECIDED_AT_MS, run=0))
+    cli.main(["log", "show", "3", "--log", str(log_dir)])
+    refused = capsys.readouterr().err
+    commit_log.put_decision(replace(decision(3), round=1, run=1))
+
+    code, body = run_json(capsys, "log", "show", "3", "--log", str(log_dir))
+    listed = cli.main(["log", "list", "--log", str(log_dir), "--json"])
+
+    assert "batch 3 has no decision" in refused and "round(s) 0-0 were aborted" in refused
+    assert code == 0 and isinstance(body, dict)
+    assert body["decision"]["round"] == 1
+    assert [(a["round"], a["run"]) for a in body["aborted_rounds"]] == [(0, 0)]
+    assert listed == 0
+    assert [b["batch"] for b in json.loads(capsys.readouterr().out)["batches"]] == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("command", [["log", "list"], ["log", "show", "0"]])
