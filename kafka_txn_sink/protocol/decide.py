@@ -361,6 +361,5 @@ def _too_old_message(
     return (
         f"{what} took too long: {len(too_old)} prepared transaction(s) have "
         f"{max(worst, 0)} ms left before the brokers abort them, less than the "
-        f"{options.margin_ms} ms the commit needs (commitLogTimeoutMs + commitTimeoutMs + "
-        f"clockSkewMs). {advice}"
+        f"{options.margin_ms} ms the commit needs ({options.explain_margin()}). {advice}"
     )

@@ -3,7 +3,8 @@
 `start_batch` runs in `streamWriter()`, which Spark calls before each batch's tasks and again in
 the commit worker after they prepared, so it never aborts an open transaction (those may be the
 batch's participants). It:
-1. checks the output topics exist and fits the transaction timeout to the brokers' maximum;
+1. checks the output topics exist and fits the transaction timeout to the brokers' maximum, and
+   refuses one that does not exceed the commit margin (margin.py);
 2. lets librdkafka judge the user's `kafka.*` settings once, here, rather than in every task;
 3. makes sure the commit log belongs to this sink (claiming it on the sink's first start, unless
    the brokers already know this sink's ids: a deleted or moved log);
@@ -33,6 +34,10 @@ from kafka_txn_sink.errors import ConfigError, PermissionDeniedError, Transactio
 from kafka_txn_sink.kafka.admin_api import ClusterFacts, TransactionAdmin
 from kafka_txn_sink.kafka.cluster import discard_cluster
 from kafka_txn_sink.options import (
+    CLOCK_SKEW,
+    COMMIT_LOG_FORMAT,
+    COMMIT_LOG_TIMEOUT,
+    COMMIT_TIMEOUT,
     REFERENCES_TOPIC,
     TOPIC,
     TRANSACTION_TIMEOUT,
@@ -242,10 +247,41 @@ def resolve_against_cluster(
 
     Raises:
         KafkaUnavailableError: the brokers cannot be reached.
-        ConfigError: the topic is missing, or the timeout is above the brokers' maximum.
+        ConfigError: the topic is missing, or the timeout is above the brokers' maximum or does
+            not exceed the commit margin (`check_margin`).
         PermissionDeniedError: the topic may not be described, or (without option
             transactionTimeoutMs) the brokers' configuration read.
     """
+    resolved = _resolve_timeout(options, cluster)
+    check_margin(resolved)
+    return resolved
+
+
+def check_margin(options: SinkOptions) -> None:
+    """Refuse a transaction timeout that does not exceed the commit margin: the prepare check
+    would refuse every batch, since a transaction has less than its timeout left.
+
+    Raises:
+        ConfigError: names the timeout, the margin, its steps and the options they come from.
+    """
+    timeout = options.require_transaction_timeout()
+    margin = options.margin_ms
+    if timeout > margin:
+        return
+    raise ConfigError(
+        f"the transaction timeout {timeout} ms (option {TRANSACTION_TIMEOUT}, or the brokers' "
+        f"transaction.max.timeout.ms without it) does not exceed the commit margin of {margin} "
+        f"ms, the longest the driver may take from its prepare check to its last EndTxn "
+        f"({options.explain_margin()}), which options {COMMIT_LOG_TIMEOUT}="
+        f"{options.commit_log_timeout_ms}, {COMMIT_TIMEOUT}={options.commit_timeout_ms}, "
+        f"{CLOCK_SKEW}={options.clock_skew_ms} and {COMMIT_LOG_FORMAT}="
+        f"{options.commit_log_format} make up: no batch could be decided. Raise "
+        f"{TRANSACTION_TIMEOUT} (and the brokers' transaction.max.timeout.ms) above {margin} "
+        f"ms, or lower those options."
+    )
+
+
+def _resolve_timeout(options: SinkOptions, cluster: ClusterFacts | None) -> SinkOptions:
     if cluster is None:
         cluster = shared_cluster_of(options)
     if options.topic is not None and not cluster.topic_exists(options.topic):
