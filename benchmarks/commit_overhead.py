@@ -93,7 +93,7 @@ def measure(bootstrap: str, work: Path, tasks: int, rounds: int) -> dict[str, An
             "topic": topic,
             "sinkId": sink_id,
             "commitLog": str(work / f"log_{tasks}_{name}"),
-            "transactionTimeoutMs": "120000",
+            "transactionTimeoutMs": "600000",  # above the default commit margin (margin.py)
         }
     )
     commit_ms: list[float] = []

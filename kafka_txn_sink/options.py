@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from kafka_txn_sink import margin
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.kafka.producer import producer_config
@@ -69,7 +70,8 @@ COMMIT_LOG = Option(
 TRANSACTION_TIMEOUT = Option(
     "transactionTimeoutMs",
     "the tasks' transaction timeout (also accepted as `kafka.transaction.timeout.ms`); above the "
-    "brokers' `transaction.max.timeout.ms` is an error",
+    "brokers' `transaction.max.timeout.ms` is an error, and so is one not above the commit "
+    "margin",
     "the brokers' `transaction.max.timeout.ms`",
 )
 COMMIT_TIMEOUT = Option(
@@ -308,12 +310,24 @@ class SinkOptions:
 
     @property
     def margin_ms(self) -> int:
-        """Time a prepared transaction must still have when the driver decides to commit it.
+        """Time a prepared transaction must still have when the driver decides to commit it:
+        every step from the prepare check to the last EndTxn at its deadline (margin.py)."""
+        return margin.margin_ms(
+            self.commit_log_timeout_ms,
+            self.commit_timeout_ms,
+            self.clock_skew_ms,
+            self.commit_log_format,
+        )
 
-        It covers the decision write, the EndTxn round and the clocks of driver and broker
-        disagreeing; each of those has an explicit client deadline.
-        """
-        return self.commit_log_timeout_ms + self.commit_timeout_ms + self.clock_skew_ms
+    def explain_margin(self) -> str:
+        """The steps `margin_ms` adds up, for messages (margin.commit_path)."""
+        steps = margin.commit_path(
+            self.commit_log_timeout_ms,
+            self.commit_timeout_ms,
+            self.clock_skew_ms,
+            self.commit_log_format,
+        )
+        return margin.explain(steps)
 
     @property
     def client_timeout_s(self) -> float:

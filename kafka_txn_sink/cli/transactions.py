@@ -4,10 +4,11 @@
     kafka-txn-sink recover --log URI --bootstrap HOST:PORT [--sink-id ID] [--execute [--force]]
         [--path PATH --references-topic R [--schema-inline-max-bytes N]]
 
-Which transactions the sink holds is answered by kafka_txn_sink.protocol.recover
-(`sink_holdings`), as for the driver's clean-up; batches are completed and transactions aborted
-by the protocol's `Settler`. This module shows the answer, and refuses to act while the query
-may still be running.
+Which transactions the sink holds, and which of the rest a run may still decide ("live"), is
+answered by kafka_txn_sink.protocol.recover (`sink_holdings`), from each transaction's own
+timeout and the commit log's owner records; batches are completed and transactions aborted by
+the protocol's `Settler`. This module shows the answer; `recover --execute` leaves live
+transactions alone unless `--force` says the query is stopped.
 """
 
 from __future__ import annotations
@@ -48,7 +49,12 @@ from kafka_txn_sink.options import (
 )
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import Decision, Triple, now_ms
-from kafka_txn_sink.protocol.recover import Holdings, incomplete_decisions, sink_holdings
+from kafka_txn_sink.protocol.recover import (
+    DEFAULT_CLOCK_SKEW_MS,
+    Holdings,
+    incomplete_decisions,
+    sink_holdings,
+)
 
 END_TXN_DEADLINE_S = 30.0
 
@@ -65,18 +71,30 @@ def add_parsers(commands: Any) -> None:
     recover = commands.add_parser(
         "recover",
         parents=[log_options(), kafka_options()],
-        help="roll decided batches forward and abort undecided transactions (dry run by default)",
+        help="roll decided batches forward and abort undecided transactions no run can still "
+        "decide (dry run by default)",
     )
     recover.add_argument("--execute", action="store_true", help="do it (default: only show)")
     recover.add_argument(
-        "--force", action="store_true", help="execute even though the query may still be running"
+        "--force",
+        action="store_true",
+        help="also abort live transactions (of a run that may still decide them): only for a "
+        "query known to be stopped",
     )
     recover.add_argument(
         "--transaction-timeout-ms",
         type=int,
         default=DEFAULT_TRANSACTION_TIMEOUT_MS,
-        help="the sink's transaction timeout: activity younger than this means the query may be "
-        f"alive (default {DEFAULT_TRANSACTION_TIMEOUT_MS})",
+        help="files mode: the transaction timeout of republished references (default "
+        f"{DEFAULT_TRANSACTION_TIMEOUT_MS}); liveness is judged by each transaction's own "
+        "timeout, not this",
+    )
+    recover.add_argument(
+        "--clock-skew-ms",
+        type=int,
+        default=DEFAULT_CLOCK_SKEW_MS,
+        help="a transaction counts as timed out this long after its own timeout passed, as the "
+        f"brokers' clocks may differ from this one (default {DEFAULT_CLOCK_SKEW_MS})",
     )
     recover.add_argument(
         "--path", metavar="PATH", help=f"files mode: the sink's {PATH} option (to republish)"
@@ -117,7 +135,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         "last_decided": _decided_json(latest, now),
         "last_completed": last_completed(commit_log, latest, incomplete),
         "incomplete": incomplete,
-        "open_transactions": [_txn_json(t, holdings.held, now) for t in holdings.open],
+        "open_transactions": [_open_json(t, holdings, now) for t in holdings.open],
     }
     out.emit(payload, _render_status)
     return OK
@@ -158,6 +176,17 @@ def _txn_json(state: TxnState, held: Mapping[Triple, int], now: int) -> Payload:
     }
 
 
+def _open_json(state: TxnState, holdings: Holdings, now: int) -> Payload:
+    """An open transaction as status shows it: held by a batch, or live or abortable, and why."""
+    row = _txn_json(state, holdings.held, now)
+    undecided = state.triple not in holdings.held
+    live = undecided and state.triple not in holdings.abortable
+    why = holdings.why.get(state.triple)
+    row["live"] = why if live else None
+    row["abortable"] = why if undecided and not live else None
+    return row
+
+
 def _render_status(payload: Payload, console: Console) -> None:
     latest = payload["last_decided"]
     summary = Table(title=f"sink {payload['sink_id']}", title_justify="left", show_header=False)
@@ -181,7 +210,7 @@ def _render_status(payload: Payload, console: Console) -> None:
     summary.add_row("open transactions", str(len(payload["open_transactions"])))
     console.print(summary)
     if payload["open_transactions"]:
-        console.print(_transactions_table(payload["open_transactions"], "open transactions"))
+        _print_transactions(console, payload["open_transactions"], "open transactions")
 
 
 def _transactions_table(rows: Sequence[Payload], title: str) -> Table:
@@ -200,63 +229,71 @@ def _transactions_table(rows: Sequence[Payload], title: str) -> Table:
     return table
 
 
+def _print_transactions(console: Console, rows: Sequence[Payload], title: str) -> None:
+    """The table, then why each undecided transaction is live or may be aborted."""
+    console.print(_transactions_table(rows, title))
+    for row in rows:
+        live, why = row.get("live"), row.get("why") or row.get("abortable")
+        if live:
+            console.print(f"  {row['transactional_id']}: live, {escape(live)}")
+        elif why:
+            console.print(f"  {row['transactional_id']}: {escape(why)}")
+
+
 # -- recover -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What `recover` would do: batches to roll forward, transactions to abort, and whether the
-    query may still be running (then `--execute` needs `--force`)."""
+    """What `recover` would do: batches to roll forward, transactions to abort, and the live
+    ones it leaves alone unless `--force` (with why, for each transaction)."""
 
     roll_forward: list[Decision]
     abort: list[TxnState]
-    alive_because: str | None
+    live: list[TxnState]
+    why: Mapping[Triple, str]
+
+    @property
+    def alive_because(self) -> str | None:
+        """Why the query may still be running (its first live transaction), or None."""
+        if not self.live:
+            return None
+        first = self.live[0]
+        more = f" (and {len(self.live) - 1} more)" if len(self.live) > 1 else ""
+        return f"transaction {first.transactional_id}{more} is live: {self.why[first.triple]}"
 
 
 def plan_recovery(
-    commit_log: CommitLog, txn_admin: TransactionAdmin, sink_id: str, timeout_ms: int, now: int
+    commit_log: CommitLog, txn_admin: TransactionAdmin, sink_id: str, clock_skew_ms: int
 ) -> Plan:
-    """Roll forward every incomplete decision; abort every open transaction nothing holds."""
-    holdings = sink_holdings(sink_id, commit_log, txn_admin)
-    alive = alive_because(commit_log.latest_decision(), holdings.open, timeout_ms, now)
-    return Plan(incomplete_decisions(commit_log), holdings.stale(), alive)
-
-
-def alive_because(
-    latest: Decision | None, txns: Sequence[TxnState], timeout_ms: int, now: int
-) -> str | None:
-    """Why the query may still be running, or None when nothing is younger than the timeout.
-
-    An open transaction counts too: a query with sparse triggers can be in the middle of a batch
-    long after its last decision.
-    """
-    if latest is not None and now - latest.decided_at_ms < timeout_ms:
-        age = age_s(latest.decided_at_ms, now)
-        return f"batch {latest.batch_id} was decided {age} s ago"
-    young = [t for t in txns if t.start_ms >= 0 and now - t.start_ms < timeout_ms]
-    if young:
-        age = age_s(young[0].start_ms, now)
-        return f"transaction {young[0].transactional_id} started {age} s ago"
-    return None
+    """Roll forward every incomplete decision; abort every open transaction nothing holds and
+    no run can still decide; list the live rest."""
+    holdings = sink_holdings(sink_id, commit_log, txn_admin, clock_skew_ms=clock_skew_ms)
+    return Plan(
+        incomplete_decisions(commit_log), holdings.stale(), holdings.live(), holdings.why
+    )
 
 
 def cmd_recover(args: argparse.Namespace, out: Output) -> int:
-    """`recover`: show (or with `--execute` do) the roll-forward and the aborts."""
+    """`recover`: show (or with `--execute` do) the roll-forward and the aborts; live
+    transactions are aborted only with `--force`."""
     commit_log, log_sink_id = open_log(args)
     sink_id = sink_id_of(args, log_sink_id)
     republisher = _republisher(args, sink_id)
     with brokers(args) as txn_admin:
         now = now_ms()
-        plan = plan_recovery(commit_log, txn_admin, sink_id, args.transaction_timeout_ms, now)
+        plan = plan_recovery(commit_log, txn_admin, sink_id, args.clock_skew_ms)
         payload = _plan_json(plan, sink_id, args, now)
-        if not args.execute or (plan.alive_because and not args.force):
+        if not args.execute:
             out.emit(payload, _render_recover)
-            return REFUSED if args.execute else OK
+            return OK
         cluster = Cluster(args.bootstrap, kafka_settings(args), args.timeout_ms)
         settler = Settler(sink_id, commit_log, txn_admin, cluster, END_TXN_DEADLINE_S, republisher)
-        payload["result"] = execute(plan, sink_id, commit_log, txn_admin, settler)
+        aborting = [*plan.abort, *plan.live] if args.force else plan.abort
+        payload["result"] = execute(plan, aborting, sink_id, commit_log, txn_admin, settler)
     out.emit(payload, _render_recover)
-    return OK if payload["result"]["ok"] else REFUSED
+    settled = payload["result"]["ok"] and (args.force or not plan.live)
+    return OK if settled else REFUSED
 
 
 def _republisher(args: argparse.Namespace, sink_id: str) -> Republisher | None:
@@ -283,9 +320,15 @@ def _republisher(args: argparse.Namespace, sink_id: str) -> Republisher | None:
 
 
 def execute(
-    plan: Plan, sink_id: str, commit_log: CommitLog, txn_admin: TransactionAdmin, settler: Settler
+    plan: Plan,
+    aborting: Sequence[TxnState],
+    sink_id: str,
+    commit_log: CommitLog,
+    txn_admin: TransactionAdmin,
+    settler: Settler,
 ) -> Payload:
-    """Roll forward in batch order, then abort what is still undecided; report every step."""
+    """Roll forward in batch order, then abort those of `aborting` that are still undecided;
+    report every step."""
     completed: list[Payload] = []
     for decision in plan.roll_forward:
         try:
@@ -296,7 +339,7 @@ def execute(
         completed.append({"batch": decision.batch_id, "lost_rows": lost})
     if plan.roll_forward:
         commit_log.write_hint(plan.roll_forward[-1].batch_id)
-    triples = _still_stale(plan.abort, sink_holdings(sink_id, commit_log, txn_admin))
+    triples = _still_stale(aborting, sink_holdings(sink_id, commit_log, txn_admin))
     aborted = [{"transaction": str(r.triple), "error": r.error} for r in settler.abort(triples)]
     ok = all(r["error"] is None for r in aborted)
     return {"ok": ok, "completed": completed, "aborted": aborted, "error": None}
@@ -314,7 +357,6 @@ def _plan_json(plan: Plan, sink_id: str, args: argparse.Namespace, now: int) -> 
         "mode": "execute" if args.execute else "dry-run",
         "alive_because": plan.alive_because,
         "forced": bool(args.force),
-        "transaction_timeout_ms": args.transaction_timeout_ms,
         "roll_forward": [
             {
                 "batch": d.batch_id,
@@ -323,7 +365,8 @@ def _plan_json(plan: Plan, sink_id: str, args: argparse.Namespace, now: int) -> 
             }
             for d in plan.roll_forward
         ],
-        "abort": [_txn_json(t, {}, now) for t in plan.abort],
+        "abort": [_txn_json(t, {}, now) | {"why": plan.why.get(t.triple)} for t in plan.abort],
+        "live": [_txn_json(t, {}, now) | {"why": plan.why.get(t.triple)} for t in plan.live],
     }
 
 
@@ -341,35 +384,38 @@ def _render_recover(payload: Payload, console: Console) -> None:
         console.print("nothing to roll forward: every decided batch is complete")
     verb = "aborted" if result else "would abort"
     if payload["abort"]:
-        console.print(_transactions_table(payload["abort"], f"{verb} (open, in no decision)"))
+        title = f"{verb} (open, in no decision, no run can still decide them)"
+        _print_transactions(console, payload["abort"], title)
     else:
-        console.print("nothing to abort: no open transaction of the sink outside a decision")
+        console.print("nothing to abort: no open transaction of the sink no run can still decide")
+    if payload["live"]:
+        verb = "aborted (--force)" if result and payload["forced"] else "left alone"
+        title = f"live, {verb} (open, undecided, a run may still decide them)"
+        _print_transactions(console, payload["live"], title)
     _render_outcome(payload, console)
 
 
 def _render_outcome(payload: Payload, console: Console) -> None:
     result = payload.get("result")
     alive = payload["alive_because"]
-    if result is None and payload["mode"] == "execute":
-        console.print(
-            f"[bold red]refused[/]: the query may still be running ({alive}; "
-            f"--transaction-timeout-ms is {payload['transaction_timeout_ms']}); stop it, or "
-            "pass --force if it is dead"
-        )
-    elif result is None:
-        note = (
-            f" (the query may still be running: {alive}; --execute needs --force)" if alive else ""
-        )
+    if result is None:
+        note = f" (the query may still be running: {escape(alive)})" if alive else ""
         console.print(f"dry run: nothing changed; --execute does it{note}")
-    elif result["ok"]:
-        for batch in result["completed"]:
-            if batch["lost_rows"]:
-                console.print(
-                    f"[bold red]batch {batch['batch']} lost {batch['lost_rows']} rows[/]: the "
-                    f"broker had aborted a participant; see `log show {batch['batch']}`"
-                )
-        console.print("[bold green]done[/]")
-    else:
+        return
+    for batch in result["completed"]:
+        if batch["lost_rows"]:
+            console.print(
+                f"[bold red]batch {batch['batch']} lost {batch['lost_rows']} rows[/]: the "
+                f"broker had aborted a participant; see `log show {batch['batch']}`"
+            )
+    if not result["ok"]:
         failed = [a for a in result["aborted"] if a["error"]]
         reason = result["error"] or f"{len(failed)} abort(s) failed: {failed}"
         console.print(f"[bold red]not settled[/]: {reason}")
+    elif alive and not payload["forced"]:
+        console.print(
+            f"[bold yellow]not settled[/]: {escape(alive)}. Left alone; wait for the query, "
+            "or stop it and pass --force if it is dead"
+        )
+    else:
+        console.print("[bold green]done[/]")

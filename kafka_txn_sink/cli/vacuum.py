@@ -1,4 +1,5 @@
-"""`kafka-txn-sink vacuum`: delete the data files no decided batch references (files mode).
+"""`kafka-txn-sink vacuum`: delete the data files of decided batches that their decisions do not
+list (files mode).
 
     kafka-txn-sink vacuum --log URI --path PATH [--retention-hours H] [--execute]
 
@@ -29,8 +30,8 @@ from kafka_txn_sink.errors import StagingError
 from kafka_txn_sink.files.vacuum import (
     VacuumPlan,
     check_retention,
+    decided_files,
     plan_vacuum,
-    referenced_locations,
 )
 from kafka_txn_sink.options import PATH
 from kafka_txn_sink.protocol.messages import now_ms
@@ -46,8 +47,8 @@ def add_parser(commands: Any) -> None:
     vacuum = commands.add_parser(
         "vacuum",
         parents=[log_options()],
-        help="delete data files no decided batch references, once older than the retention "
-        "(dry run by default)",
+        help="delete data files of decided batches that their decisions do not list, once older "
+        "than the retention (dry run by default)",
     )
     vacuum.add_argument("--path", required=True, metavar="PATH", help=f"the sink's {PATH} option")
     vacuum.add_argument(
@@ -83,12 +84,14 @@ def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
     check_retention(retention_s, args.transaction_timeout_ms)  # before touching anything
     commit_log, sink_id = open_log(args)
     sink = open_file_sink(args.path, s3_settings(args))
-    # Listed before the log is read: a batch decided in between is still seen as referencing.
+    # Listed before the log is read: a batch decided in between is seen with its files, and
+    # one decided after the read is seen as undecided, so its files stay.
     stored = sink.list()
     pending = sink.pending_uploads() if isinstance(sink, S3FileSink) else []
-    referenced = referenced_locations(commit_log)
+    decided = decided_files(commit_log)
+    referenced = decided.locations
     plan = plan_vacuum(
-        referenced,
+        decided,
         stored,
         sink.location,
         now_s=now / 1000,
@@ -123,7 +126,12 @@ def _vacuum_json(
         "mode": "execute" if args.execute else "dry-run",
         "now_ms": now,
         "retention_hours": args.retention_hours,
-        "kept": {"referenced": plan.referenced, "young": plan.young, "other": plan.other},
+        "kept": {
+            "referenced": plan.referenced,
+            "undecided": plan.undecided,
+            "young": plan.young,
+            "other": plan.other,
+        },
         "delete": {
             "count": len(plan.delete),
             "bytes": plan.delete_bytes,
@@ -170,7 +178,8 @@ def _render_vacuum(payload: Payload, console: Console) -> None:
     console.print(
         f"{escape(payload['path'])}: {verb} {delete['count']} unreferenced file(s), "
         f"{delete['bytes']} bytes, older than {payload['retention_hours']:g} h; kept "
-        f"{kept['referenced']} referenced, {kept['young']} younger, {kept['other']} other"
+        f"{kept['referenced']} referenced, {kept['undecided']} of batches not decided yet, "
+        f"{kept['young']} younger, {kept['other']} other"
     )
     if delete["files"]:
         table = Table(title=verb, title_justify="left")

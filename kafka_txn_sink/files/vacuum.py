@@ -1,21 +1,46 @@
 """What `kafka-txn-sink vacuum` may delete under a files-mode `path`.
 
 A task uploads its files before its batch is decided, and a failed or retried attempt leaves
-its files behind unreferenced. Such a file is garbage once no decision can name it any more: a
-task's transaction starts before its files are uploaded and the broker aborts it after the
-transaction timeout, so a file older than that timeout that no decided batch lists never will
-be. The retention therefore can never be shorter than the longest transaction timeout.
+its files behind unreferenced. Such a file is garbage once no decision can name it any more.
+Its age alone cannot tell: in files-only mode a task's transaction opens at its first reference
+message, when the task closes, so a long task's first files may be far older than any
+transaction timeout while its batch is still to be decided.
+
+What tells is the batch in the file's name (files/naming.py). The decision of batch b is the
+only record that ever names b's files; it is put-if-absent and never changes, and republishing
+publishes again exactly the files it lists. So once b has a decision, a file of b it does not
+list stays unlisted forever, and before that any file of b may still be listed. A completion
+marker names no other file than the decision, so "decided" is the sound line and "completed"
+would only keep garbage longer; it is checked per batch, so a batch below the last decided one
+that has no decision keeps its files too. A file is therefore deleted only when its name parses,
+its batch is decided, the decision does not list it, and it is older than the retention; a
+name that does not parse is never deleted. The retention (never shorter than the transaction
+timeout) stays as a second guard, for what the name cannot say.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.files.naming import is_data_file
+from kafka_txn_sink.files.naming import is_data_file, parse_file_name
 from kafka_txn_sink.storage.files import PendingUpload, StoredFile
+
+
+@dataclass(frozen=True)
+class DecidedFiles:
+    """What the commit log says of files: the decided batches and every location they list."""
+
+    batches: frozenset[int]
+    locations: frozenset[str]
+
+    def final(self, name: str) -> bool:
+        """Whether no decision can ever list `name` other than as it does now: its name parses
+        and its batch is decided."""
+        parsed = parse_file_name(name)
+        return parsed is not None and parsed.batch_id in self.batches
 
 
 @dataclass(frozen=True)
@@ -25,7 +50,8 @@ class VacuumPlan:
     delete: list[StoredFile]
     abort: list[PendingUpload]
     referenced: int  # stored files a decided batch lists
-    young: int  # unreferenced, but younger than the retention
+    undecided: int  # unreferenced, but of a batch not decided yet (or a name that does not parse)
+    young: int  # unreferenced, of a decided batch, but younger than the retention
     other: int  # schemas and files that are not the sink's data files
 
     @property
@@ -48,7 +74,7 @@ def check_retention(retention_s: float, transaction_timeout_ms: int) -> None:
 
 
 def plan_vacuum(
-    referenced: Iterable[str],
+    decided: DecidedFiles,
     stored: Sequence[StoredFile],
     location: Callable[[str], str],
     *,
@@ -59,36 +85,40 @@ def plan_vacuum(
 ) -> VacuumPlan:
     """The data files and multipart uploads to remove.
 
-    `referenced`: the locations every decided batch lists; `location` maps a stored name to the
-    same form (`FileSink.location`). Only data files (`.avro`, and left-over temporaries of a
-    local sink) older than the retention and not referenced are deleted; `_schemas/` stays.
+    `decided`: the decided batches and the locations they list; `location` maps a stored name
+    to the same form (`FileSink.location`). Only data files (`.avro`, and left-over temporaries
+    of a local sink) of a decided batch, not listed by its decision and older than the retention
+    are deleted, and multipart uploads of such files; `_schemas/` stays.
 
     Raises:
         ConfigError: the retention is shorter than the transaction timeout.
     """
     check_retention(retention_s, transaction_timeout_ms)
     cutoff = now_s - retention_s
-    named = set(referenced)
     delete: list[StoredFile] = []
-    counts = {"referenced": 0, "young": 0, "other": 0}
+    counts = {"referenced": 0, "undecided": 0, "young": 0, "other": 0}
     for item in stored:
         if not is_data_file(item.name):
             counts["other"] += 1
-        elif location(item.name) in named:
+        elif location(item.name) in decided.locations:
             counts["referenced"] += 1
+        elif not decided.final(item.name):
+            counts["undecided"] += 1
         elif item.modified_s >= cutoff:
             counts["young"] += 1
         else:
             delete.append(item)
-    abort = [u for u in pending if u.initiated_s < cutoff]
+    abort = [u for u in pending if u.initiated_s < cutoff and decided.final(u.name)]
     return VacuumPlan(delete, abort, **counts)
 
 
-def referenced_locations(commit_log: CommitLog) -> set[str]:
-    """Every file location a decided batch of the log lists."""
+def decided_files(commit_log: CommitLog) -> DecidedFiles:
+    """The batches the log has decided and every file location their decisions list."""
+    batches: set[int] = set()
     found: set[str] = set()
     for batch in commit_log.decided_batches():
         decision = commit_log.decision(batch)
         if decision is not None:
+            batches.add(batch)
             found.update(f.location for p in decision.participants for f in p.files)
-    return found
+    return DecidedFiles(frozenset(batches), frozenset(found))

@@ -8,13 +8,13 @@
    newer run means this run is superseded);
 3. checks that every task sent a message and that they add up;
 4. checks that every prepared transaction is still Ongoing with its triple and has time left
-   before the brokers would abort it (the margin: commitLogTimeoutMs + commitTimeoutMs +
-   clockSkewMs);
+   before the brokers would abort it (the margin: every step from this check to the last
+   EndTxn, each at its deadline: margin.py);
 5. stops with `SupersededError`, having written nothing, if a newer run owns the sink
    (runs.py); else writes the decision record, with its run, put-if-absent at the batch's open
    round of its outcome key: the commit point of the batch. A write that fails without an
-   answer (a timeout, a 5xx) may still land, so it is sent again, and if that fails too the
-   batch stays in doubt (`DecisionInDoubtError`): nothing of it is aborted;
+   answer (a timeout, a 5xx) may still land: the batch is then in doubt
+   (`DecisionInDoubtError`), and nothing of it is aborted until a record holds the key;
 6. completes the batch (complete.py): EndTxn(commit) for every participant, settled by a probe
    when it errs, then the completion marker;
 7. runs the clean-up of this sink's leftovers when it is due (recover.py).
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -56,12 +55,6 @@ from kafka_txn_sink.protocol.session import cleanup_schedule, driver_session
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 
 log = logging.getLogger(__name__)
-
-# Puts of one decision record: a second put of the same record settles a first that got no
-# answer (the key takes one record, and an equal one is our own).
-DECISION_PUTS = 2
-# Rounds a decision moves on when another driver's abort record closes the one it read.
-DECISION_ROUNDS = 3
 
 
 def commit_batch(
@@ -272,64 +265,30 @@ class Committer:
         return decision
 
     def _put_decision(self, decision: Decision) -> Decision:
-        """Put `decision` at the batch's open round; returns it, or the decision another run
-        put first (a batch write refuses that).
+        """Put `decision` at its round of the batch's outcome key; returns it, or the decision
+        another run put first (refused for a batch write).
 
         Raises:
-            DecisionInDoubtError: no put got an answer; the decision may still land.
-            CommitLogConflictError: another write's decision holds the batch; or abort records
-                kept closing the rounds.
+            DecisionInDoubtError: the write got no answer; it may still land. Spark's abort()
+                then races it for the key (`abort`), so nothing is aborted while it may.
+            CommitLogConflictError: another record holds the key (another write's decision, or
+                an abort record); nothing of the batch is published.
         """
-        batch_id = decision.batch_id
-        for attempt in range(DECISION_ROUNDS):
-            # The first round is the one commit() read just before.
-            found, round_ = (None, decision.round) if attempt == 0 else self._log.settled(batch_id)
-            if found is not None:
-                if self._write is not None:
-                    raise CommitLogConflictError(
-                        f"batch {batch_id} of sink {self._options.sink_id} was decided by "
-                        f"another write ({found.query_id}) while this one ran"
-                    )
-                return found
-            decision = replace(decision, round=round_)
-            try:
-                self._put_in_doubt(decision)
-                return decision
-            except CommitLogConflictError:
-                continue  # the round was taken: read it again
-        raise CommitLogConflictError(
-            f"batch {batch_id} of sink {self._options.sink_id}: abort records closed "
-            f"{DECISION_ROUNDS} rounds in a row while this driver decided it; nothing of it is "
-            f"published and {self._runs_again()}"
-        )
-
-    def _put_in_doubt(self, decision: Decision) -> None:
-        """Put `decision`, again if a put got no answer: the key takes one record, so a put
-        that lands settles any earlier one still in flight.
-
-        Raises:
-            DecisionInDoubtError: no put got an answer.
-            CommitLogConflictError: another record holds the key.
-        """
-        for attempt in range(1, DECISION_PUTS + 1):
-            try:
-                self._log.put_decision(decision)
-                return
-            except CommitLogConflictError:
+        try:
+            self._log.put_decision(decision)
+            return decision
+        except CommitLogConflictError:
+            found = self._log.decision(decision.batch_id)
+            if found is None or self._write is not None:
                 raise
-            except CommitLogError as exc:
-                if attempt == DECISION_PUTS:
-                    raise DecisionInDoubtError(
-                        f"batch {decision.batch_id} of sink {self._options.sink_id}: the "
-                        f"decision could not be written to {self._options.commit_log} and its "
-                        f"outcome is unknown ({exc}); it may still land. Nothing of the batch "
-                        f"is aborted: the next run settles it from the commit log"
-                    ) from exc
-                log.warning(
-                    "decision of batch %d got no answer; sending it again: %s",
-                    decision.batch_id,
-                    exc,
-                )
+            return found
+        except CommitLogError as exc:
+            raise DecisionInDoubtError(
+                f"batch {decision.batch_id} of sink {self._options.sink_id}: the decision could "
+                f"not be written to {self._options.commit_log} and its outcome is unknown "
+                f"({exc}); it may still land. Nothing of the batch is aborted while it may: "
+                f"abort() closes its round first, else the next run settles it"
+            ) from exc
 
     def _check_prepared(self, participants: Sequence[Participant], batch_id: int) -> None:
         states = self._txn_admin.describe(p.transactional_id for p in participants)
@@ -462,6 +421,5 @@ def _too_old_message(
     return (
         f"{what} took too long: {len(too_old)} prepared transaction(s) have "
         f"{max(worst, 0)} ms left before the brokers abort them, less than the "
-        f"{options.margin_ms} ms the commit needs (commitLogTimeoutMs + commitTimeoutMs + "
-        f"clockSkewMs). {advice}"
+        f"{options.margin_ms} ms the commit needs ({options.explain_margin()}). {advice}"
     )

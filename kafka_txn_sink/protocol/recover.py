@@ -17,21 +17,24 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import KafkaTxnSinkError, SupersededError
 from kafka_txn_sink.kafka.admin_api import NOT_FOUND, ONGOING, TransactionAdmin, TxnState
 from kafka_txn_sink.protocol.complete import MAX_REPUBLISH_ROUNDS, Settler
-from kafka_txn_sink.protocol.messages import Completion, Decision, Triple
-from kafka_txn_sink.protocol.runs import RunRef, check_current, may_abort
+from kafka_txn_sink.protocol.messages import Completion, Decision, Triple, now_ms
+from kafka_txn_sink.protocol.runs import RunRef, check_current, may_abort, standing
 from kafka_txn_sink.protocol.txn_ids import SLOTS, owns, republish_id, slot_of, transactional_id
 
 log = logging.getLogger(__name__)
 
 # Ids probed for "does the cluster know this sink" when ListTransactions is refused.
 PROBED_IDS_WITHOUT_LISTING = 256
+# How far a reader without a run (the CLI) lets its clock run ahead of the coordinators' before
+# it counts a transaction's own timeout as passed: the sink's default clockSkewMs.
+DEFAULT_CLOCK_SKEW_MS = 5_000
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Holdings:
     open: tuple[TxnState, ...]
     held: Mapping[Triple, int]  # triple -> the incomplete batch that holds it
     abortable: frozenset[Triple]  # open ones this reader may abort if no decision holds them
+    # Without a run (the CLI): why each open transaction is abortable or live.
+    why: Mapping[Triple, str] = field(default_factory=dict)
 
     def stale(self) -> list[TxnState]:
         """Open transactions no incomplete decision holds: what the clean-up aborts."""
@@ -50,12 +55,21 @@ class Holdings:
             if state.triple not in self.held and state.triple in self.abortable
         ]
 
+    def live(self) -> list[TxnState]:
+        """Open transactions no incomplete decision holds that a run may still decide."""
+        return [
+            state
+            for state in self.open
+            if state.triple not in self.held and state.triple not in self.abortable
+        ]
+
 
 def sink_holdings(
     sink_id: str,
     commit_log: CommitLog,
     txn_admin: TransactionAdmin,
     run: RunRef | None = None,
+    clock_skew_ms: int = DEFAULT_CLOCK_SKEW_MS,
 ) -> Holdings:
     """Every open transaction of `sink_id`, and the triples incomplete batches still need.
 
@@ -66,8 +80,9 @@ def sink_holdings(
     marker and the recorded republish rounds of those batches.
 
     The ids are described before the log is read: every transaction seen is then one that a
-    decision read afterwards either holds or no longer can (runs.py). With `run` (the driver),
-    `abortable` leaves out other runs' transactions that their run may still decide.
+    decision, owner or release record read afterwards either holds or no longer can (runs.py).
+    With `run` (the driver), `abortable` leaves out other runs' transactions that their run may
+    still decide. Without one (the CLI), `judge` decides, and `why` says why for each.
     """
     ids = set(_log_known_ids(sink_id, commit_log))
     try:
@@ -77,16 +92,50 @@ def sink_holdings(
     states = txn_admin.describe(ids)
     open_ = tuple(s for _, s in sorted(states.items()) if s.state == ONGOING)
     held = _held_triples(commit_log)
+    if run is None:
+        why = judge(sink_id, commit_log, open_, now_ms(), clock_skew_ms)
+        abortable = frozenset(t for t, (may, _) in why.items() if may)
+        return Holdings(open_, held, abortable, {t: reason for t, (_, reason) in why.items()})
     return Holdings(open=open_, held=held, abortable=_abortable(sink_id, commit_log, open_, run))
 
 
+def judge(
+    sink_id: str,
+    commit_log: CommitLog,
+    open_: tuple[TxnState, ...],
+    now: int,
+    clock_skew_ms: int,
+) -> dict[Triple, tuple[bool, str]]:
+    """For a reader outside every run (the CLI): whether each open transaction may be aborted
+    if no decision holds it, and why.
+
+    It may once its own timeout (the coordinator's `timeout_ms` since its `start_ms`) has passed
+    by more than `clock_skew_ms`, or once no run can decide it any more (`runs.standing`: its
+    run released, or a newer run decided a batch). A transaction of a run that may still decide
+    it, within its own timeout, is live: never the reader's own timeout or guess.
+    """
+    owners, released = commit_log.owners(), commit_log.released_runs()
+    latest = commit_log.latest_decision()
+    judged: dict[Triple, tuple[bool, str]] = {}
+    for state in open_:
+        over_ms = now - (state.start_ms + state.timeout_ms)
+        if state.start_ms >= 0 and over_ms > clock_skew_ms:
+            judged[state.triple] = (
+                True,
+                f"its own timeout of {state.timeout_ms} ms passed {over_ms / 1000:.1f} s ago",
+            )
+            continue
+        decidable, why = standing(_slot(sink_id, state.transactional_id), owners, released, latest)
+        if decidable and state.start_ms >= 0:
+            why += f"; {-over_ms / 1000:.1f} s of its own {state.timeout_ms} ms timeout left"
+        judged[state.triple] = (not decidable, why)
+    return judged
+
+
 def _abortable(
-    sink_id: str, commit_log: CommitLog, open_: tuple[TxnState, ...], run: RunRef | None
+    sink_id: str, commit_log: CommitLog, open_: tuple[TxnState, ...], run: RunRef
 ) -> frozenset[Triple]:
-    """The open transactions `run` may abort if no decision holds them (runs.may_abort); all
-    of them without a run (the CLI), which then reads no owner records."""
-    if run is None:
-        return frozenset(state.triple for state in open_)
+    """The open transactions `run` may abort if no decision holds them (runs.may_abort)."""
     owners, latest = commit_log.owners(), commit_log.latest_decision()
     return frozenset(
         state.triple

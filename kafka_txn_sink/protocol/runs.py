@@ -215,8 +215,54 @@ def may_abort(
     """
     if run is None or slot == run.slot:
         return True
-    if latest is None or latest.run is None:
-        return False
-    holders = {owner.slot: owner.run for owner in owners}
-    holder = holders.get(slot, -1) if slot is not None else -1
-    return holder < latest.run
+    holder = slot_holder(slot, owners)
+    return _decided_since(holder.run if holder is not None else -1, latest)
+
+
+def slot_holder(slot: int | None, owners: list[Owner]) -> Owner | None:
+    """The run that last took id slot `slot` (owners by run number ascending); None for an id
+    without a slot or a slot no recorded run took: such ids count as the oldest run's."""
+    holders = {owner.slot: owner for owner in owners}
+    return holders.get(slot) if slot is not None else None
+
+
+def _decided_since(run: int, latest: Decision | None) -> bool:
+    """Whether a newer run than `run` decided a batch: `run` can then decide nothing more."""
+    return latest is not None and latest.run is not None and run < latest.run
+
+
+def standing(
+    slot: int | None, owners: list[Owner], released: set[int], latest: Decision | None
+) -> tuple[bool, str]:
+    """Whether a run may still decide an open, undecided transaction of id slot `slot`, and
+    why: for a reader outside every run (the CLI), from the owner records alone.
+
+    No run can once the slot's holder released it, or once a newer run decided a batch (the
+    holder's commit of any batch then fails: `may_abort`'s rule). Otherwise its run may still
+    decide it; and so may an unknown one when no recorded run holds the slot and no run has
+    decided anything (a log from before runs, or a reader that cannot tell).
+    """
+    holder = slot_holder(slot, owners)
+    if holder is not None and holder.run in released:
+        return False, f"{holder.describe()} released its slot"
+    number = holder.run if holder is not None else -1
+    if latest is not None and latest.run is not None and _decided_since(number, latest):
+        since = f"run {latest.run} decided batch {latest.batch_id} since"
+        if holder is None:
+            return False, f"{_unheld(slot)}, counted as the oldest run's, superseded: {since}"
+        return False, f"{holder.describe()} was superseded: {since}"
+    if holder is None:
+        return True, f"{_unheld(slot)}, and no run has decided a batch that would supersede it"
+    newest = owners[-1]
+    if newest.run == holder.run:
+        return True, f"{holder.describe()} is the latest owner and not released"
+    return True, (
+        f"{holder.describe()} is not released and no newer run has decided a batch since "
+        f"(the latest owner is run {newest.run})"
+    )
+
+
+def _unheld(slot: int | None) -> str:
+    if slot is None:
+        return "its id has no slot (the republish id, or an id from before slots)"
+    return f"no recorded run holds its slot {slot}"

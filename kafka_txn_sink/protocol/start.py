@@ -3,7 +3,8 @@
 `start_batch` runs in `streamWriter()`, which Spark calls before each batch's tasks and again in
 the commit worker after they prepared, so it never aborts an open transaction (those may be the
 batch's participants). It:
-1. checks the output topics exist and fits the transaction timeout to the brokers' maximum;
+1. checks the output topics exist and fits the transaction timeout to the brokers' maximum, and
+   refuses one that does not exceed the commit margin (margin.py);
 2. lets librdkafka judge the user's `kafka.*` settings once, here, rather than in every task;
 3. makes sure the commit log belongs to this sink (claiming it on the sink's first start, unless
    the brokers already know this sink's ids: a deleted or moved log);
@@ -14,7 +15,8 @@ batch's participants). It:
 
 `start_write` does the same in `writer()`, before a batch write's (`df.write`) tasks, and then
 finds the batch of the log the write is: the batch decided for its writeId before (its tasks
-then write nothing), or the batch after the last decided one. A sink serves one streaming query
+then write nothing; refused if rows of it were recorded lost), or the batch after the last
+decided one. A sink serves one streaming query
 or batch writes: each refuses a log the other writes to.
 """
 
@@ -28,20 +30,24 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 
 from kafka_txn_sink.commit_log import CommitLog
-from kafka_txn_sink.errors import ConfigError, PermissionDeniedError
+from kafka_txn_sink.errors import ConfigError, PermissionDeniedError, TransactionLostError
 from kafka_txn_sink.kafka.admin_api import ClusterFacts, TransactionAdmin
 from kafka_txn_sink.kafka.cluster import discard_cluster
 from kafka_txn_sink.options import (
+    CLOCK_SKEW,
+    COMMIT_LOG_FORMAT,
+    COMMIT_LOG_TIMEOUT,
+    COMMIT_TIMEOUT,
     REFERENCES_TOPIC,
     TOPIC,
     TRANSACTION_TIMEOUT,
     WRITE_ID,
     SinkOptions,
 )
-from kafka_txn_sink.protocol.messages import Decision, SinkMeta, now_ms
+from kafka_txn_sink.protocol.messages import Completion, Decision, SinkMeta, now_ms
 from kafka_txn_sink.protocol.prepare import BatchWrite, is_batch_write, write_query_id
 from kafka_txn_sink.protocol.recover import known_ids, roll_forward
-from kafka_txn_sink.protocol.runs import RunRef, check_current, take_over
+from kafka_txn_sink.protocol.runs import RunRef, check_current, release, take_over
 from kafka_txn_sink.protocol.session import DriverSession, driver_session, shared_cluster_of
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.storage import open_storage
@@ -95,8 +101,9 @@ def start_write(options: SinkOptions, write_id: str) -> BatchStart:
 
     Raises:
         ConfigError: as `start_batch`, or the log belongs to a streaming query.
-        KafkaUnavailableError, TransactionLostError, TransactionCompletionError: as
-            `start_batch`.
+        TransactionLostError: as `start_batch`, or the write was decided before and rows of
+            it were recorded lost (`written_before`); nothing is written, the run released.
+        KafkaUnavailableError, TransactionCompletionError: as `start_batch`.
     """
     options = _fit_to_cluster(options)
     with driver_session(options) as session:
@@ -104,7 +111,7 @@ def start_write(options: SinkOptions, write_id: str) -> BatchStart:
         _check_use(options, latest, batch_write=True)
         earlier = find_write(session.commit_log, write_query_id(write_id)) if latest else None
         if earlier is not None:
-            _warn_written_before(session, earlier, write_id)
+            written_before(session, earlier, write_id, run)
             batch_id = earlier.batch_id
         else:
             batch_id = latest.batch_id + 1 if latest else 0
@@ -153,26 +160,55 @@ def _check_use(options: SinkOptions, latest: Decision | None, batch_write: bool)
     )
 
 
-def _warn_written_before(session: DriverSession, decision: Decision, write_id: str) -> None:
-    decided_at = datetime.fromtimestamp(decision.decided_at_ms / 1000, tz=timezone.utc)
+def written_before(
+    session: DriverSession, decision: Decision, write_id: str, run: RunRef
+) -> None:
+    """A re-run of write `write_id`, decided before as `decision`: say that nothing is written
+    again, or refuse it if rows of it were recorded lost.
+
+    The one place that judges such a re-run: the repair of lost batches, when there is one,
+    replaces the refusal here.
+
+    Raises:
+        TransactionLostError: the write's completion records lost rows; this run is released
+            and nothing is written.
+    """
     completion = session.commit_log.completion(decision.batch_id)
-    lost = completion.lost if completion is not None else ()
-    note = (
-        f"; {sum(x.rows for x in lost)} row(s) of it were lost before they could be committed "
-        f"(recorded in its completion marker)"
-        if lost
-        else ""
-    )
+    if completion is not None and completion.lost:
+        release(session.options.sink_id, session.commit_log, run)
+        raise TransactionLostError(_lost_write_message(decision, completion, write_id))
     log.warning(
         "write %r of sink %s was committed before (batch %d, %d row(s), decided at %s): "
-        "nothing is written again%s",
+        "nothing is written again",
         write_id,
         decision.sink_id,
         decision.batch_id,
         decision.rows,
-        decided_at.isoformat(timespec="seconds"),
-        note,
+        _decided_at(decision),
     )
+
+
+def _lost_write_message(decision: Decision, completion: Completion, write_id: str) -> str:
+    lost = "; ".join(
+        f"Spark partition {x.partition} ({x.triple.transactional_id}, {x.rows} row(s), offsets "
+        f"{ {t: dict(r) for t, r in x.offsets.items()} }: {x.reason})"
+        for x in completion.lost
+    )
+    rows = sum(x.rows for x in completion.lost)
+    return (
+        f"write {write_id!r} of sink {decision.sink_id} was decided before (batch "
+        f"{decision.batch_id}, {decision.rows} row(s), decided at {_decided_at(decision)}), but "
+        f"{rows} of its rows were recorded lost before they could be committed: {lost}. The "
+        f"repair of lost batches is not available yet, so running the write again with the "
+        f"same writeId cannot write them: nothing was written now. Write the rows of those "
+        f"Spark partitions again under a new writeId, and check what reached Kafka with "
+        f"`kafka-txn-sink verify`."
+    )
+
+
+def _decided_at(decision: Decision) -> str:
+    decided_at = datetime.fromtimestamp(decision.decided_at_ms / 1000, tz=timezone.utc)
+    return decided_at.isoformat(timespec="seconds")
 
 
 def _fit_to_cluster(options: SinkOptions) -> SinkOptions:
@@ -211,10 +247,41 @@ def resolve_against_cluster(
 
     Raises:
         KafkaUnavailableError: the brokers cannot be reached.
-        ConfigError: the topic is missing, or the timeout is above the brokers' maximum.
+        ConfigError: the topic is missing, or the timeout is above the brokers' maximum or does
+            not exceed the commit margin (`check_margin`).
         PermissionDeniedError: the topic may not be described, or (without option
             transactionTimeoutMs) the brokers' configuration read.
     """
+    resolved = _resolve_timeout(options, cluster)
+    check_margin(resolved)
+    return resolved
+
+
+def check_margin(options: SinkOptions) -> None:
+    """Refuse a transaction timeout that does not exceed the commit margin: the prepare check
+    would refuse every batch, since a transaction has less than its timeout left.
+
+    Raises:
+        ConfigError: names the timeout, the margin, its steps and the options they come from.
+    """
+    timeout = options.require_transaction_timeout()
+    margin = options.margin_ms
+    if timeout > margin:
+        return
+    raise ConfigError(
+        f"the transaction timeout {timeout} ms (option {TRANSACTION_TIMEOUT}, or the brokers' "
+        f"transaction.max.timeout.ms without it) does not exceed the commit margin of {margin} "
+        f"ms, the longest the driver may take from its prepare check to its last EndTxn "
+        f"({options.explain_margin()}), which options {COMMIT_LOG_TIMEOUT}="
+        f"{options.commit_log_timeout_ms}, {COMMIT_TIMEOUT}={options.commit_timeout_ms}, "
+        f"{CLOCK_SKEW}={options.clock_skew_ms} and {COMMIT_LOG_FORMAT}="
+        f"{options.commit_log_format} make up: no batch could be decided. Raise "
+        f"{TRANSACTION_TIMEOUT} (and the brokers' transaction.max.timeout.ms) above {margin} "
+        f"ms, or lower those options."
+    )
+
+
+def _resolve_timeout(options: SinkOptions, cluster: ClusterFacts | None) -> SinkOptions:
     if cluster is None:
         cluster = shared_cluster_of(options)
     if options.topic is not None and not cluster.topic_exists(options.topic):

@@ -114,8 +114,9 @@ def test_fenced_participant_fails_the_batch_before_the_decision(pipeline: Pipeli
 
 
 def test_transaction_too_old_at_the_prepare_check_publishes_nothing(pipeline: Pipeline) -> None:
-    # Margin 1 + 1 + 27 = 29 s of a 30 s transaction: a batch held 2.5 s before the check has
-    # less left, while the coordinator is still far from aborting it. Batch 0 is the one held:
+    # Margin 29 s of a 30 s transaction (clock skew 15.7 s + 9 commit-log requests of 1 s and
+    # 2.3 s of their backoff + 2 EndTxn rounds of 1 s: margin.py): a batch held 2.5 s before the
+    # check has less left, while the coordinator is still far from aborting it. Batch 0 is held:
     # the first batch of a query spends seconds starting Python workers between its first
     # record and the check, so with a margin this large no first batch could pass anyway.
     pipeline.options.update(
@@ -123,7 +124,7 @@ def test_transaction_too_old_at_the_prepare_check_publishes_nothing(pipeline: Pi
             "transactionTimeoutMs": "30000",
             "commitTimeoutMs": "1000",
             "commitLogTimeoutMs": "1000",
-            "clockSkewMs": "27000",
+            "clockSkewMs": "15700",
         }
     )
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
@@ -157,13 +158,13 @@ def test_transaction_too_old_at_the_prepare_check_publishes_nothing(pipeline: Pi
 def test_decided_transactions_aborted_by_timeout_are_reported_lost_once(
     pipeline: Pipeline,
 ) -> None:
-    # A 15 s timeout leaves the first batch of a query (slow: its Python workers start between
-    # its first record and the prepare check) time to pass the 2 s margin on a busy machine;
+    # A 25 s timeout leaves the first batch of a query (slow: its Python workers start between
+    # its first record and the prepare check) time to pass the 13.3 s margin on a busy machine;
     # the driver then stalls after deciding batch 1 until the coordinator has aborted every
     # participant of it.
     pipeline.options.update(
         {
-            "transactionTimeoutMs": "15000",
+            "transactionTimeoutMs": "25000",
             "commitTimeoutMs": "1000",
             "commitLogTimeoutMs": "1000",
             "clockSkewMs": "0",

@@ -54,8 +54,8 @@ def republishing(pipeline: Pipeline) -> Pipeline:
             "partitionBy": "user",
             "payloadColumn": "payload",
             # Short enough for the coordinator to abort a held batch within the test; the
-            # margin (2 s) leaves the slow first batch of a query time to pass its check.
-            "transactionTimeoutMs": "15000",
+            # margin (13.3 s, margin.py) leaves the slow first batch time to pass its check.
+            "transactionTimeoutMs": "25000",
             "commitTimeoutMs": "1000",
             "commitLogTimeoutMs": "1000",
             "clockSkewMs": "0",

@@ -63,11 +63,11 @@ def sink(kafka_bootstrap: str, tmp_path: Path, unique: Callable[[str], str]) -> 
     return Sink(sink_id, topic, commit_log, tmp_path / "log", kafka_bootstrap)
 
 
-def prepare(sink: Sink, txn_id: str) -> Participant:
+def prepare(sink: Sink, txn_id: str, timeout_ms: int = 60_000) -> Participant:
     """Open a transaction of ROWS rows under `txn_id` in another process, left Ongoing."""
     script = str(HERE / "prepare_and_exit.py")
     done = subprocess.run(
-        [sys.executable, script, sink.bootstrap, txn_id, sink.topic, str(ROWS), "60000"],
+        [sys.executable, script, sink.bootstrap, txn_id, sink.topic, str(ROWS), str(timeout_ms)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -156,9 +156,13 @@ def test_recover_dry_run_changes_nothing_and_execute_force_aborts(
 
     assert code == 0
     assert plan["mode"] == "dry-run"
-    assert [t["transactional_id"] for t in plan["abort"]] == [txn_id]
+    # No run of the sink is recorded and the transaction is within its own timeout: it may be
+    # a live query's, so only --force aborts it.
+    assert plan["abort"] == []
+    assert [t["transactional_id"] for t in plan["live"]] == [txn_id]
     assert plan["roll_forward"] == []
-    assert "started" in plan["alive_because"]  # a young transaction: the query may be running
+    assert f"transaction {txn_id} is live" in plan["alive_because"]
+    assert "timeout left" in plan["alive_because"]
     assert open_ids(after_dry_run) == [txn_id]
     assert refused == 1
     assert open_ids(after_refusal) == [txn_id]
@@ -177,7 +181,8 @@ def test_recover_commits_the_decided_and_aborts_the_rest(
     sink: Sink, capsys: pytest.CaptureFixture[str]
 ) -> None:
     decided, undecided = prepare(sink, f"{sink.sink_id}-0"), prepare(sink, f"{sink.sink_id}-1")
-    # A driver crashed after writing batch 0's decision and before its EndTxns.
+    # A driver (run 0) crashed after writing batch 0's decision and before its EndTxns. The
+    # undecided transaction's id has no slot (the oldest run's): run 0's decision supersedes it.
     sink.log.put_decision(
         Decision(
             sink_id=sink.sink_id,
@@ -187,9 +192,9 @@ def test_recover_commits_the_decided_and_aborts_the_rest(
             tasks=2,
             rows=ROWS,
             decided_at_ms=int(time.time() * 1000) - 60_000,
+            run=0,
         )
     )
-    time.sleep(1.2)  # older than the 1 s timeout given below: the query counts as dead
     timeout = ["--transaction-timeout-ms", "1000"]
     try:
         before = status(sink, capsys)
@@ -205,6 +210,7 @@ def test_recover_commits_the_decided_and_aborts_the_rest(
     assert code_plan == 0 and plan["alive_because"] is None
     assert [b["batch"] for b in plan["roll_forward"]] == [0]
     assert [t["transactional_id"] for t in plan["abort"]] == [undecided.transactional_id]
+    assert "superseded: run 0 decided batch 0" in plan["abort"][0]["why"]
     assert code == 0, done
     assert done["result"]["completed"] == [{"batch": 0, "lost_rows": 0}]
     assert done["result"]["aborted"] == [{"transaction": str(undecided.triple), "error": None}]

@@ -1,5 +1,6 @@
 """`kafka-txn-sink vacuum` on a local directory and on the S3 server: a dry run deletes nothing,
-`--execute` deletes only unreferenced data files older than the retention."""
+`--execute` deletes only data files of decided batches that their decisions do not list, older
+than the retention; files of a batch not decided yet stay however old."""
 
 from __future__ import annotations
 
@@ -17,17 +18,24 @@ import pytest
 from kafka_txn_sink import cli
 from kafka_txn_sink.cli.common import CANNOT_RUN, REFUSED
 from kafka_txn_sink.commit_log import JsonCommitLog
+from kafka_txn_sink.files.naming import FileNaming
 from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant, SinkMeta, Triple
 from kafka_txn_sink.storage import LocalStorage, S3Settings, open_file_sink
 from kafka_txn_sink.storage.files import FileSink, LocalFileSink
 
 HOUR_S = 3600
-REFERENCED = [
-    "user=a/date=2026-11-21/part-0-0-0-0.avro",
-    "user=b/date=2026-11-21/part-0-1-0-0.avro",
-]
-ORPHANS = ["user=a/date=2026-11-21/part-0-0-1-0.avro", "user=c/date=2026-11-21/part-1-2-0-0.avro"]
-YOUNG_ORPHAN = "user=a/date=2026-11-21/part-2-0-0-0.avro"
+
+
+def data(directory: str, batch: int, partition: int, attempt: int) -> str:
+    """A data file's stored name, as a task of `batch` names it."""
+    return f"{directory}/{FileNaming(batch, partition, attempt, token='5e7a11ed').name(0)}"
+
+
+A, B, C = "user=a/date=2026-11-21", "user=b/date=2026-11-21", "user=c/date=2026-11-21"
+REFERENCED = [data(A, 0, 0, 0), data(B, 1, 1, 0)]  # batches 0 and 1 are decided with these
+ORPHANS = [data(A, 0, 0, 1), data(C, 1, 2, 0)]  # files of failed attempts of batches 0 and 1
+YOUNG_ORPHAN = data(A, 1, 0, 1)
+IN_FLIGHT = data(B, 2, 0, 0)  # batch 2 is not decided yet: kept however old
 SCHEMA = "_schemas/0123abcd.avsc"
 
 
@@ -73,7 +81,7 @@ def names(sink: FileSink) -> list[str]:
 def local_sink(tmp_path: Path) -> LocalFileSink:
     sink = LocalFileSink(tmp_path / "files", durable=False)
     old_s = time.time() - 48 * HOUR_S
-    for name in [*REFERENCED, *ORPHANS, YOUNG_ORPHAN, SCHEMA]:
+    for name in [*REFERENCED, *ORPHANS, YOUNG_ORPHAN, IN_FLIGHT, SCHEMA]:
         path = sink.root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x" * 10)
@@ -95,13 +103,13 @@ def test_local_dry_run_then_execute(
     assert dry["mode"] == "dry-run"
     assert sorted(f["name"] for f in dry["delete"]["files"]) == ORPHANS
     assert dry["delete"]["bytes"] == 20
-    assert dry["kept"] == {"referenced": 2, "young": 1, "other": 1}
+    assert dry["kept"] == {"referenced": 2, "undecided": 1, "young": 1, "other": 1}
 
     code, done = vacuum(capsys, log, local_sink.uri, "--execute")
 
     assert code == 0, done
     assert done["result"] == {"ok": True, "deleted": 2, "aborted": 0, "errors": []}
-    assert names(local_sink) == sorted([*REFERENCED, YOUNG_ORPHAN, SCHEMA])
+    assert names(local_sink) == sorted([*REFERENCED, YOUNG_ORPHAN, IN_FLIGHT, SCHEMA])
 
 
 def test_local_retention_below_the_transaction_timeout_is_refused(
@@ -148,8 +156,9 @@ def test_s3_dry_run_then_execute_with_a_later_clock(
     client.create_bucket(Bucket=bucket)
     path = f"s3://{bucket}/data"
     sink = open_file_sink(path, S3Settings(endpoint_url=s3_endpoint, region="us-east-1"))
-    put(client, bucket, [*REFERENCED, *ORPHANS, SCHEMA])
-    stale = client.create_multipart_upload(Bucket=bucket, Key=f"data/{ORPHANS[0]}.big")
+    put(client, bucket, [*REFERENCED, *ORPHANS, IN_FLIGHT, SCHEMA])
+    stale = client.create_multipart_upload(Bucket=bucket, Key=f"data/{data(C, 1, 3, 0)}")
+    client.create_multipart_upload(Bucket=bucket, Key=f"data/{data(C, 2, 3, 0)}")  # in flight
     log = write_log(tmp_path / "log", sink)
     # S3 sets LastModified itself: move the clock forward instead.
     later_ms = int((time.time() + 48 * HOUR_S) * 1000)
@@ -160,14 +169,15 @@ def test_s3_dry_run_then_execute_with_a_later_clock(
     assert code == 0, dry
     assert sorted(f["name"] for f in dry["delete"]["files"]) == ORPHANS
     assert [u["upload_id"] for u in dry["abort_uploads"]] == [stale["UploadId"]]
-    assert names(sink) == sorted([*REFERENCED, *ORPHANS, SCHEMA])
+    assert names(sink) == sorted([*REFERENCED, *ORPHANS, IN_FLIGHT, SCHEMA])
 
     code, done = vacuum(capsys, log, path, *args, "--execute")
 
     assert code == 0, done
     assert done["result"] == {"ok": True, "deleted": 2, "aborted": 1, "errors": []}
-    assert names(sink) == sorted([*REFERENCED, SCHEMA])
-    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    assert names(sink) == sorted([*REFERENCED, IN_FLIGHT, SCHEMA])
+    uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    assert [u["Key"] for u in uploads] == [f"data/{data(C, 2, 3, 0)}"]
 
 
 def put(client: Any, bucket: str, keys: Sequence[str]) -> None:

@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 
 from kafka_txn_sink import cli
-from kafka_txn_sink.cli.transactions import alive_because
 from kafka_txn_sink.commit_log import JsonCommitLog
-from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnState
 from kafka_txn_sink.protocol.messages import (
     Abort,
     Completion,
@@ -201,31 +199,6 @@ def test_status_refuses_another_sinks_log(
 
     assert code == 2
     assert "belongs to sink orders, not payments" in capsys.readouterr().err
-
-
-def txn(txn_id: str, start_ms: int) -> TxnState:
-    return TxnState(txn_id, ONGOING, 7, 0, 60_000, start_ms)
-
-
-@pytest.mark.parametrize(
-    ("decided_ago_ms", "started_ago_ms", "alive"),
-    [
-        (1_000, None, "batch 2 was decided 1.0 s ago"),
-        (900_000, None, None),
-        (900_000, 5_000, "transaction orders-0 started 5.0 s ago"),
-        (None, 2_000_000, None),
-    ],
-)
-def test_liveness(
-    decided_ago_ms: int | None, started_ago_ms: int | None, alive: str | None
-) -> None:
-    now = DECIDED_AT_MS + 10_000_000
-    latest = None
-    if decided_ago_ms is not None:
-        latest = replace(decision(2), decided_at_ms=now - decided_ago_ms)
-    txns = [] if started_ago_ms is None else [txn("orders-0", now - started_ago_ms)]
-
-    assert alive_because(latest, txns, 900_000, now) == alive
 
 
 def test_module_help_runs_as_a_subprocess() -> None:

@@ -21,7 +21,9 @@ def test_minimal_options_parse() -> None:
     assert options.topic == "out"
     assert options.kafka == {"linger.ms": "5"}
     assert options.transaction_timeout_ms is None  # resolved against the broker later
-    assert options.margin_ms == 30_000 + 30_000 + 5_000
+    # Skew, 9 commit-log requests (owner check, 6 PUTs and a GET, completion check) and their
+    # backoff, 2 EndTxn rounds: every step from the prepare check to the last EndTxn (margin.py).
+    assert options.margin_ms == 5_000 + 9 * 30_000 + 2_325 + 2 * 30_000
 
 
 def test_option_names_are_case_insensitive() -> None:

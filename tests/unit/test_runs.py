@@ -12,14 +12,17 @@ import pytest
 
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
 from kafka_txn_sink.errors import ConfigError, SupersededError
+from kafka_txn_sink.kafka.admin_api import ONGOING, TxnState
 from kafka_txn_sink.protocol import runs
 from kafka_txn_sink.protocol.messages import Decision, Owner, Release, now_ms
+from kafka_txn_sink.protocol.recover import judge
 from kafka_txn_sink.protocol.runs import (
     RunRef,
     check_current,
     check_decided_by,
     choose_slot,
     may_abort,
+    standing,
     take_over,
 )
 from kafka_txn_sink.protocol.txn_ids import SLOTS
@@ -147,6 +150,32 @@ def test_the_cli_without_a_run_may_abort_anything_undecided() -> None:
     assert may_abort(0, None, [owner(0, 0)], None)
 
 
+@pytest.mark.parametrize(
+    ("slot", "released", "latest_run", "decidable", "why"),
+    [
+        (1, set(), None, True, "run 1 (driver d, slot 1, started"),  # the latest, unreleased
+        (1, {1}, None, False, "released its slot"),
+        (0, set(), None, True, "no newer run has decided a batch since"),  # run 1 decided nothing
+        (0, set(), 1, False, "superseded: run 1 decided batch 5 since"),
+        (0, {0}, 0, False, "run 0 (driver d, slot 0, started"),
+        (2, set(), None, True, "no recorded run holds its slot 2"),  # unknown: cannot tell
+        (2, set(), 1, False, "slot 2, counted as the oldest run's, superseded: run 1 decided"),
+        (None, set(), None, True, "its id has no slot"),
+        (None, set(), 0, False, "superseded: run 0 decided batch 5"),
+    ],
+)
+def test_the_cli_judges_another_runs_transaction_by_the_owner_records(
+    slot: int | None, released: set[int], latest_run: int | None, decidable: bool, why: str
+) -> None:
+    owners = [owner(0, 0), owner(1, 1)]
+    latest = decision(5, latest_run) if latest_run is not None else None
+
+    found = standing(slot, owners, released, latest)
+
+    assert found[0] is decidable
+    assert why in found[1]
+
+
 def test_owner_and_release_records_read_back_alike_in_both_formats(commit_log: CommitLog) -> None:
     first = owner(0, 2, "h:1@2")
     assert commit_log.put_owner(first) == first
@@ -253,3 +282,22 @@ def test_a_spark_worker_without_the_drivers_directories_is_refused() -> None:
 def test_outside_spark_the_driver_is_this_process() -> None:
     assert runs.driver_identity({}) == runs.driver_identity({})
     assert runs.driver_identity({}) != runs.driver_identity(SPARK_WORKER_ENV)
+
+
+def test_the_cli_counts_a_transactions_own_timeout_past_the_clock_skew(
+    commit_log: CommitLog,
+) -> None:
+    commit_log.put_owner(owner(0, 0))  # the latest run, not released: it may still decide
+    now = now_ms()
+
+    def state(partition: int, started_ago_ms: int) -> TxnState:
+        txn_id = f"{SINK}-0-{partition}"
+        return TxnState(txn_id, ONGOING, 7, 0, 60_000, now - started_ago_ms)
+
+    within, skewed, past = state(0, 59_000), state(1, 64_000), state(2, 66_000)
+    judged = judge(SINK, commit_log, (within, skewed, past), now, clock_skew_ms=5_000)
+
+    assert judged[within.triple][0] is False
+    assert "latest owner and not released; 1.0 s of its own 60000 ms" in judged[within.triple][1]
+    assert judged[skewed.triple][0] is False  # within the allowance for the brokers' clocks
+    assert judged[past.triple] == (True, "its own timeout of 60000 ms passed 6.0 s ago")
