@@ -4,23 +4,22 @@ query ended afterwards."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from kafka_txn_sink.commit_log import open_commit_log
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.testing import KafkaBroker
 from tests.chaos import procs, query
+from tests.chaos.inflight import strike_inflight, through_proxy
 from tests.chaos.late import late_attempt
-from tests.chaos.oracle import s3_settings
-from tests.chaos.query import FaultNotFired, QuerySpec, Running
+from tests.chaos.oracle import commit_log_of
+from tests.chaos.query import REACH_S, FaultNotFired, QuerySpec, Running, finish
 from tests.chaos.schedule import HELD_FOR_TIMEOUT, Fault, beyond_the_bound
 from tests.chaos.state import Context
 from tests.e2e.harness import describe, open_transactions
 
-REACH_S = 300.0  # a restart, a re-run batch and the fresh one, on a busy 2-core machine
-EXIT_S = 420.0  # the query drains its backlog after a fault it survives
 ABORT_WAIT_S = 120.0
 THAWED_S = 3.0  # a frozen driver runs this long after SIGCONT before it is killed
 NODE_RESTART_S = 180.0
@@ -56,7 +55,7 @@ def hold_until_aborted(context: Context, running: Running, batch: int) -> None:
     its transactions, then let the driver go on (to find them lost and republish)."""
     started = time.monotonic()
     running.wait_reached(HELD_FOR_TIMEOUT, REACH_S)
-    commit_log = open_commit_log(context.sink.commit_log, s3_settings(context.bed), "json")
+    commit_log = commit_log_of(context.bed, context.sink)
     decision = commit_log.decision(batch)
     if decision is None or not decision.participants:
         raise FaultNotFired(f"batch {batch} was held after its decision, but has no participants")
@@ -163,7 +162,7 @@ def strike_late(context: Context, running: Running, fault: Fault, batch: int) ->
     """While batch `batch` is held after its decision, a task attempt of it starts in another
     Spark application: it must answer `skipped` and leave the decided transactions alone."""
     hit = running.wait_reached(fault.point, REACH_S)
-    decision = open_commit_log(context.sink.commit_log, s3_settings(context.bed)).decision(batch)
+    decision = commit_log_of(context.bed, context.sink).decision(batch)
     if decision is None or not decision.participants:
         raise FaultNotFired(f"batch {batch} was held after its decision, but has no participants")
     txn_ids = [p.transactional_id for p in decision.participants]
@@ -228,7 +227,7 @@ def late_anomalies(results: Iterable[dict[str, Any]]) -> list[str]:
 def task_retried(context: Context, batch: int) -> bool | None:
     """Whether batch `batch` was decided with a task's second (or later) attempt; None when it
     is not decided (yet)."""
-    commit_log = open_commit_log(context.sink.commit_log, s3_settings(context.bed), "json")
+    commit_log = commit_log_of(context.bed, context.sink)
     decision = commit_log.decision(batch)
     return None if decision is None else any(p.attempt > 0 for p in decision.participants)
 
@@ -242,14 +241,17 @@ STRIKES: dict[str, Callable[[Context, Running, Fault, int], dict[str, Any]]] = {
     "freeze": strike_freeze,
     "late": strike_late,
     "coordinator": strike_coordinator,
+    "inflight": strike_inflight,
 }
 
 
-def finish(running: Running, timeout_s: float = EXIT_S) -> dict[str, Any]:
-    """How the query ended after a fault it may survive."""
-    code = running.wait_exit(timeout_s)
-    if code is None:
-        return {"outcome": f"hung: killed after {timeout_s:.0f} s"}
-    if code == 0:
-        return {"outcome": "drained"}
-    return {"outcome": f"failed: {running.error()}"}
+@contextmanager
+def trial_spec(context: Context, fault: Fault, batch: int) -> Iterator[QuerySpec]:
+    """The query a trial starts: through an S3 proxy for `inflight` (while the block runs),
+    with short transaction timeouts beyond the bound, else the suite's own."""
+    spec = spec_for(context, fault)
+    if fault.kind != "inflight":
+        yield spec
+        return
+    with through_proxy(context, spec, fault, batch) as proxied:
+        yield proxied

@@ -43,6 +43,9 @@ class OracleReport:
     excused_batches: list[int] = field(default_factory=list)  # held beyond the bound on purpose
     open_transactions: list[str] = field(default_factory=list)
     late_attempts_not_skipped: list[str] = field(default_factory=list)  # from the trials
+    # inflight trials whose batch's outcome key took another record than the one delivered
+    # first (from the trials)
+    inflight_not_as_delivered: list[str] = field(default_factory=list)
     decided_batches: int = 0
     orphan_files: int = 0  # uploaded by failed attempts, in no decision: expected, not anomalies
 
@@ -62,6 +65,7 @@ class OracleReport:
             "batches the sink reports lost": [str(b) for b in self.lost_batches],
             "transactions left open": self.open_transactions,
             "late attempts not skipped": self.late_attempts_not_skipped,
+            "in-doubt decisions not settled as delivered": self.inflight_not_as_delivered,
         }
 
     @property
@@ -88,7 +92,7 @@ def oracle(bed: Bed, sink: Sink, beyond_bound: Collection[int] = ()) -> OracleRe
 
     The one place to switch to `kafka-txn-sink verify` once it exists."""
     expected = [key_of(r.key) for r in read_topic(bed.bootstrap, sink.input, timeout_s=120)]
-    commit_log = open_commit_log(sink.commit_log, s3_settings(bed), "json")
+    commit_log = commit_log_of(bed, sink)
     decided = decisions(commit_log)
     losses = reported_losses(commit_log, decided)
     seen = read_topic(bed.bootstrap, sink.output, timeout_s=120)
@@ -125,7 +129,8 @@ def verify_command(bed: Bed, sink: Sink) -> dict[str, Any]:
     command = [sys.executable, "-m", "kafka_txn_sink", "--json", "verify"]
     command += ["--bootstrap", bed.bootstrap, "--input-topic", sink.input]
     command += ["--checkpoint", str(sink.checkpoint), "--output-topic", sink.output]
-    command += ["--log", sink.commit_log, "--references-topic", sink.references]
+    command += ["--log", sink.commit_log, "--log-format", sink.log_format]
+    command += ["--references-topic", sink.references]
     command += ["--path", sink.files, "--s3-endpoint", bed.endpoint, "--s3-region", "us-east-1"]
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
@@ -166,6 +171,11 @@ def written_by(bed: Bed, sink: Sink, lost: Sequence[Any]) -> set[str]:
 
 def key_of(key: bytes | None) -> str:
     return (key or b"").decode()
+
+
+def commit_log_of(bed: Bed, sink: Sink) -> CommitLog:
+    """The sink's commit log, in its format, read from the bed's S3 server directly."""
+    return open_commit_log(sink.commit_log, s3_settings(bed), sink.log_format)
 
 
 def s3_settings(bed: Bed) -> S3Settings:

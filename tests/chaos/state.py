@@ -11,11 +11,15 @@ from typing import Any
 
 from rich.console import Console
 
+from kafka_txn_sink.commit_log import LogFormat
 from tests.chaos.bed import Bed, Sink, write_json
 from tests.chaos.query import QuerySpec
 from tests.chaos.schedule import Fault
+from tests.s3_proxy import SequencedProxy
 
-STATE_VERSION = 2  # 2: the kinds of issue 14 (second driver, freeze, late attempt, coordinator)
+# 2: the kinds of issue 14 (second driver, freeze, late attempt, coordinator);
+# 3: issue 24 (inflight, the commit log's format)
+STATE_VERSION = 3
 
 
 @dataclass
@@ -26,7 +30,9 @@ class State:
     body: dict[str, Any]
 
     @classmethod
-    def open(cls, directory: Path, seed: int, schedule: Sequence[Fault]) -> State:
+    def open(
+        cls, directory: Path, seed: int, schedule: Sequence[Fault], log: LogFormat = "json"
+    ) -> State:
         path = directory / "state.json"
         planned = [f.to_json() for f in schedule]
         if not path.exists():
@@ -35,6 +41,7 @@ class State:
                 "seed": seed,
                 "schedule": planned,
                 "name": uuid.uuid4().hex[:10],
+                "log": log,
                 "results": {},
                 "checks": [],
                 "created": False,
@@ -44,11 +51,13 @@ class State:
             state.save()
             return state
         body = json.loads(path.read_text())
-        if body.get("seed") != seed or body.get("schedule") != planned:
+        made_with = (body.get("seed"), body.get("schedule"), body.get("log", "json"))
+        if made_with != (seed, planned, log):
             raise SystemExit(
-                f"{path} was made with seed {body.get('seed')} and "
-                f"{len(body.get('schedule', []))} trials; use the same --seed and --trials "
-                f"to resume, or another --state directory"
+                f"{path} was made with seed {body.get('seed')}, "
+                f"{len(body.get('schedule', []))} trials and the {body.get('log', 'json')} log; "
+                f"use the same --seed, --trials, --kinds and --log to resume, or another --state "
+                f"directory"
             )
         return cls(directory, body)
 
@@ -79,6 +88,7 @@ class Context:
     state: State
     console: Console
     ready: bool = False  # the bucket holds the run's objects: safe to mirror
+    proxy: SequencedProxy | None = None  # inflight: the S3 proxy of the query running now
 
     @property
     def directory(self) -> Path:

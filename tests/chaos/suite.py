@@ -1,6 +1,7 @@
 """The randomized crash suite: one streaming query, a seeded schedule of faults, one oracle.
 
-    .venv/bin/python -m tests.chaos.suite --trials 200 --seed 7 --state DIR [--slice A:B]
+    .venv/bin/python -m tests.chaos.suite --trials 200 --seed 7 --state DIR [--slice A:B] \
+        [--log json|delta] [--kinds inflight,kill,...]
 
 It starts its own Kafka broker and S3 server (the test bed; or uses `KTS_KAFKA_BOOTSTRAP` /
 `KTS_S3_ENDPOINT`), produces input ids, and runs ONE streaming query (examples/pipeline.py,
@@ -12,8 +13,9 @@ without faults and the oracle compares, id by id, the input topic with what read
 consumers see in the records topic and in the referenced files.
 
 Trial results are saved in DIR/state.json after each trial: a rerun with the same DIR skips the
-trials done, and `--slice A:B` runs trials A..B-1 only. Exit status 0 when every fault struck
-and the oracle found nothing.
+trials done, and `--slice A:B` runs trials A..B-1 only. `--log delta` runs the sink with
+commitLogFormat=delta (the oracle reads that log); `--kinds` draws only the kinds named. Exit
+status 0 when every fault struck and the oracle found nothing.
 """
 
 from __future__ import annotations
@@ -31,14 +33,16 @@ from typing import Any
 
 from rich.console import Console
 
+from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.testing import spark_jars
 from tests.chaos import query
 from tests.chaos.bed import Bed, Sink, load_bucket, own_bed, save_bucket
-from tests.chaos.faults import STRIKES, finish, late_anomalies, spec_for
+from tests.chaos.faults import STRIKES, late_anomalies, trial_spec
+from tests.chaos.inflight import inflight_anomalies
 from tests.chaos.oracle import OracleReport, oracle, verify_command
-from tests.chaos.query import FaultNotFired
+from tests.chaos.query import FaultNotFired, finish
 from tests.chaos.report import print_report
-from tests.chaos.schedule import Fault, build_schedule, failpoint_spec
+from tests.chaos.schedule import KINDS, Fault, build_schedule, failpoint_spec, filtered_schedule
 from tests.chaos.state import Context, State
 from tests.e2e.harness import produce_events
 
@@ -81,13 +85,15 @@ def run_suite(
     schedule: list[Fault],
     indices: Iterable[int],
     console: Console | None = None,
+    log: LogFormat = "json",
 ) -> Outcome:
-    """Run the trials of `indices` not done yet, drain the query, and run the oracle."""
+    """Run the trials of `indices` not done yet, drain the query, and run the oracle (`log`:
+    the format of the sink's commit log)."""
     console = console or Console(highlight=False)
     started = time.monotonic()
     directory.mkdir(parents=True, exist_ok=True)
-    state = State.open(directory, seed, schedule)
-    sink = Sink(state.body["name"], directory)
+    state = State.open(directory, seed, schedule, log)
+    sink = Sink(state.body["name"], directory, log)
     jars = ",".join(str(jar) for jar in spark_jars())
     context = Context(bed, sink, sink.query(bed, jars), state, console)
     ran = []
@@ -99,6 +105,7 @@ def run_suite(
         drained = drain(context)
         report = oracle(bed, sink, held_batches(state.results))
         report.late_attempts_not_skipped = late_anomalies(state.results)
+        report.inflight_not_as_delivered = inflight_anomalies(state.results)
         verified = verify_command(bed, sink)
         state.body["checks"].append(
             {"at": time.time(), "drain": drained, **report.counts(), "verify": verified}
@@ -170,19 +177,20 @@ def run_trial(context: Context, index: int, fault: Fault) -> dict[str, Any]:
     for attempt in range(START_ATTEMPTS):
         directory = context.directory / "trials" / f"{index:04d}" / str(attempt)
         shutil.rmtree(directory, ignore_errors=True)
-        running = query.start(spec_for(context, fault), directory, failpoint_spec(fault, batch))
-        try:
-            result.update(STRIKES[fault.kind](context, running, fault, batch), fired=True)
-            result.pop("error", None)  # of a first start that failed (kept in failed_starts)
-            break
-        except FaultNotFired as exc:
-            result.update(fired=False, error=str(exc)[:600])
-            if running.process.poll() is None:
-                break  # not reached in time: no second chance
-            failed_starts.append(running.error())
-        finally:
-            running.kill()
-            result.update(running.notes)
+        with trial_spec(context, fault, batch) as spec:
+            running = query.start(spec, directory, failpoint_spec(fault, batch))
+            try:
+                result.update(STRIKES[fault.kind](context, running, fault, batch), fired=True)
+                result.pop("error", None)  # of a first start that failed (in failed_starts)
+                break
+            except FaultNotFired as exc:
+                result.update(fired=False, error=str(exc)[:600])
+                if running.process.poll() is None:
+                    break  # not reached in time: no second chance
+                failed_starts.append(running.error())
+            finally:
+                running.kill()
+                result.update(running.notes)
     result["failed_starts"] = failed_starts
     result["seconds"] = round(time.monotonic() - started, 1)
     return result
@@ -220,9 +228,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--nodes", type=int, choices=(1, 3), default=1,
         help="Kafka nodes of the bed; 3 adds a coordinator kill to the schedule",
     )  # fmt: skip
+    parser.add_argument(
+        "--log", choices=LOG_FORMATS, default="json",
+        help="the sink's commitLogFormat (default json); the oracle reads the log in it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kinds", default="",
+        help=f"comma-separated fault kinds: only these are drawn ({', '.join(KINDS)})",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.trials < 1:
         parser.error("--trials must be positive")
+    args.kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    if set(args.kinds) - set(KINDS):
+        parser.error(f"--kinds: unknown {sorted(set(args.kinds) - set(KINDS))}")
     return args
 
 
@@ -243,6 +262,22 @@ def interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def schedule_for(args: argparse.Namespace, bed: Bed) -> list[Fault]:
+    """The run's faults: every kind the bed allows, or only `--kinds`."""
+    available = {"broker": bed.can_restart_broker, "s3": bed.can_pause_s3,
+                 "coordinator": bed.cluster is not None}  # fmt: skip
+    if not args.kinds:
+        return build_schedule(
+            args.seed, args.trials, broker=available["broker"], s3=available["s3"],
+            coordinator=available["coordinator"], log=args.log,
+        )  # fmt: skip
+    missing = [kind for kind in args.kinds if not available.get(kind, True)]
+    if missing:
+        raise SystemExit(f"--kinds {','.join(missing)}: this bed cannot inject them (an "
+                         "external broker or S3 server, or --nodes 1 for coordinator)")  # fmt: skip
+    return filtered_schedule(args.seed, args.trials, args.kinds, args.log)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     interrupt_on_sigterm()
@@ -251,18 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     args.state.mkdir(parents=True, exist_ok=True)
     try:
         with own_bed(args.state, args.nodes) as bed:
-            schedule = build_schedule(
-                args.seed,
-                args.trials,
-                broker=bed.can_restart_broker,
-                s3=bed.can_pause_s3,
-                coordinator=bed.cluster is not None,
-            )
+            schedule = schedule_for(args, bed)
             console.print(
                 f"crash suite: seed {args.seed}, trials {indices.start}..{indices.stop - 1} "
-                f"of {args.trials}, state {args.state}, Kafka {bed.bootstrap}, S3 {bed.endpoint}"
+                f"of {args.trials}, {args.log} log, state {args.state}, Kafka {bed.bootstrap}, "
+                f"S3 {bed.endpoint}" + (f", kinds {','.join(args.kinds)}" if args.kinds else "")
             )
-            outcome = run_suite(bed, args.state, args.seed, schedule, indices, console)
+            outcome = run_suite(bed, args.state, args.seed, schedule, indices, console, args.log)
     except KeyboardInterrupt:
         console.print(f"interrupted; finished trials are in {args.state / 'state.json'}; "
                       "run the same command again to resume")  # fmt: skip
