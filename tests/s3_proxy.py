@@ -181,3 +181,77 @@ class HoldingProxy(HeaderDroppingProxy):
             with self._lock:
                 self.delivered.append(answer[0])
         return answer
+
+
+class SequencedProxy(HeaderDroppingProxy):
+    """Forwards everything, but holds each PUT whose path contains `path_part` and whose body
+    contains one of `bodies` (label -> part), until `deliver()` sends the held ones on, one at
+    a time, in the order they arrived or the reverse; `hold_s` after it arrived at the latest.
+    Each held request is then delivered as its client sent it, whether or not that client is
+    still waiting (it gave up long ago: the point). The proxy stops after `lifetime_s`; a
+    request still held when it stops is dropped, never delivered (status -1).
+    """
+
+    def __init__(
+        self,
+        upstream: str,
+        path_part: str,
+        bodies: dict[str, bytes],
+        hold_s: float,
+        lifetime_s: float,
+    ) -> None:
+        super().__init__(upstream, drop=(), lifetime_s=lifetime_s)
+        self.path_part, self.bodies, self.hold_s = path_part, bodies, hold_s
+        self.held: list[str] = []  # the label of each held request, in arrival order
+        self.delivered: list[tuple[str, int]] = []  # (label, status) in delivery order
+        self._gates: list[tuple[threading.Event, threading.Event]] = []  # (release, answered)
+        self._stopped = threading.Event()
+        # A held request's client has gone when it is delivered: its reply has nowhere to go.
+        self._server.handle_error = lambda request, address: None  # type: ignore[method-assign,assignment]
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with self._lock:
+            gates = list(self._gates)
+        for release, _ in gates:
+            release.set()  # dropped: see forward()
+        super().stop()
+
+    def deliver(self, reverse: bool = False, timeout_s: float = 30.0) -> list[tuple[str, int]]:
+        """Send the held requests on one after the other, each once the one before it was
+        answered (or `timeout_s` passed); returns (label, status) of each, in that order."""
+        with self._lock:
+            gates = list(reversed(self._gates) if reverse else self._gates)
+        for release, answered in gates:
+            release.set()
+            answered.wait(timeout_s)
+        with self._lock:
+            return list(self.delivered)
+
+    def forward(
+        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        label = self._label(method, path, body)
+        if label is None:
+            return super().forward(method, path, headers, body)
+        release, answered = threading.Event(), threading.Event()
+        with self._lock:
+            self.held.append(label)
+            self._gates.append((release, answered))
+        release.wait(self.hold_s)
+        status = -1  # dropped, or no answer from the endpoint
+        try:
+            if self._stopped.is_set():
+                return 502, "Dropped by the proxy", [], b""
+            answer = super().forward(method, path, headers, body)
+            status = answer[0]
+            return answer
+        finally:
+            with self._lock:
+                self.delivered.append((label, status))
+            answered.set()
+
+    def _label(self, method: str, path: str, body: bytes) -> str | None:
+        if method != "PUT" or self.path_part not in path:
+            return None
+        return next((label for label, part in self.bodies.items() if part in body), None)

@@ -22,6 +22,7 @@ from typing import Any
 
 import boto3
 
+from kafka_txn_sink.commit_log import LogFormat
 from kafka_txn_sink.testing import (
     ExternalKafkaBroker,
     ExternalS3Server,
@@ -128,10 +129,11 @@ def own_bed(directory: Path, nodes: int = 1) -> Iterator[Bed]:
 
 @dataclass(frozen=True)
 class Sink:
-    """The names of the sink under test; `name` is kept in the state file."""
+    """The names of the sink under test; `name` and `log_format` are kept in the state file."""
 
     name: str
     workdir: Path
+    log_format: LogFormat = "json"
 
     @property
     def sink_id(self) -> str:
@@ -186,6 +188,7 @@ class Sink:
             # requests within seconds; the transaction timeout is the brokers' maximum.
             "commitLogTimeoutMs": "12000",
             "commitTimeoutMs": "10000",
+            "commitLogFormat": self.log_format,
         }
         return QuerySpec(
             bootstrap=bed.bootstrap,

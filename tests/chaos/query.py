@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from tests.chaos import procs
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = ROOT / "examples" / "pipeline.py"
 FAILED = 3  # examples/pipeline.py's exit status when the query failed
+REACH_S = 300.0  # a restart, a re-run batch and the fresh one, on a busy 2-core machine
+EXIT_S = 420.0  # the query drains its backlog after a fault it survives
 _EXCEPTION = re.compile(r"(\w+(?:Error|Exception)): ([^\n]*)")
 _WRAPPERS = {"StreamingQueryException", "SparkException", "PythonException", "Py4JJavaError"}
 
@@ -83,17 +86,21 @@ class Running:
 
     def wait_reached(self, point: str, timeout_s: float) -> dict[str, Any]:
         """The first hit of `point`; FaultNotFired when the query ends or times out first."""
+        self.wait_for(lambda: bool(self.hits(point)), point, timeout_s)
+        return self.hits(point)[0]
+
+    def wait_for(self, done: Callable[[], bool], what: str, timeout_s: float) -> None:
+        """Until `done()`; FaultNotFired when the query ends or times out before `what`."""
         deadline = time.monotonic() + timeout_s
-        while not self.hits(point):
+        while not done():
             if self.process.poll() is not None:
                 raise FaultNotFired(
-                    f"the query ended (exit {self.process.returncode}) before {point}: "
+                    f"the query ended (exit {self.process.returncode}) before {what}: "
                     f"{self.error()}"
                 )
             if time.monotonic() > deadline:
-                raise FaultNotFired(f"{point} was not reached within {timeout_s:.0f} s")
+                raise FaultNotFired(f"{what} was not reached within {timeout_s:.0f} s")
             time.sleep(0.1)
-        return self.hits(point)[0]
 
     def release(self, point: str) -> None:
         failpoints.release(self.signals, point)
@@ -130,6 +137,16 @@ class Running:
         causes = [m for m in _EXCEPTION.findall(message) if m[0] not in _WRAPPERS]
         causes = causes or [m for m in _EXCEPTION.findall(log) if m[0] not in _WRAPPERS][-1:]
         return (f"{causes[0][0]}: {causes[0][1]}" if causes else message.splitlines()[0])[:300]
+
+
+def finish(running: Running, timeout_s: float = EXIT_S) -> dict[str, Any]:
+    """How the query ended after a fault it may survive."""
+    code = running.wait_exit(timeout_s)
+    if code is None:
+        return {"outcome": f"hung: killed after {timeout_s:.0f} s"}
+    if code == 0:
+        return {"outcome": "drained"}
+    return {"outcome": f"failed: {running.error()}"}
 
 
 def start(spec: QuerySpec, directory: Path, failpoint_spec: str = "") -> Running:

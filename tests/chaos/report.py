@@ -20,10 +20,10 @@ def print_report(outcome: Outcome, console: Console) -> None:
 
 
 def faults_table(outcome: Outcome) -> Table:
-    planned = Counter((f.kind, f.point) for f in outcome.schedule)
+    planned = Counter(row_of(f.to_json()) for f in outcome.schedule)
     done: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for result in outcome.all_results:
-        done[(result["kind"], result["point"])].append(result)
+        done[row_of(result)].append(result)
     table = Table(title=f"faults (seed {outcome.seed})")
     columns = ("kind", "failpoint", "planned", "done", "struck", "query afterwards", "retried")
     for column in (*columns, "s/trial"):
@@ -42,6 +42,13 @@ def faults_table(outcome: Outcome) -> Table:
             f"{statistics.mean(r['seconds'] for r in results):.0f}" if results else "",
         )
     return table
+
+
+def row_of(fault: dict[str, Any]) -> tuple[str, str]:
+    """(kind, where) of a fault's row: an inflight trial's order says where its PUT went."""
+    if fault["kind"] == "inflight":
+        return fault["kind"], f"{fault['point']} {fault['order']}"
+    return fault["kind"], fault["point"]
 
 
 RETRYING = ("worker", "s3")  # faults after which a task may run again: counted per trial

@@ -25,21 +25,30 @@ when the query reaches it, the fault strikes:
   batch starts in another Spark application; it must return `skipped` and change nothing.
 - `coordinator`: on a bed of three Kafka nodes only, the node coordinating the sink's open
   transactions is killed and restarted while the query is held; once per run.
+- `inflight`: the query talks to S3 through a proxy that holds the PUTs of the fresh batch's
+  decision (round 0 of its outcome key) past the driver's deadlines, so `commit()` fails with
+  `DecisionInDoubtError` and Spark calls `abort()`; once the query has ended, the held PUTs are
+  delivered, in `order`: `decision-late` (only the decision is held: abort()'s record lands
+  first, in its own time; JSON log only, a Delta commit does not tell the two apart),
+  `decision-first` (abort()'s PUTs are held too; the decision's are delivered first) or
+  `abort-first` (both held; abort()'s delivered first). The next start settles the batch.
 
-The last four kinds are drawn from a second random stream seeded from the same seed, and
-replace the trial they land on: every other trial keeps the fault the seed gave it before
-(the deck of kill points skips the points of replaced kills).
+The issue-14 kinds (`driver2`, `freeze`, `late`, `coordinator`) are drawn from a second random
+stream seeded from the same seed, and `inflight` from a third: they replace the trial they land
+on, and every other trial keeps the fault the seed gave it before (the deck of kill points
+skips the points of replaced kills). `filtered_schedule` draws only the kinds asked for.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from kafka_txn_sink.failpoints import ALL_POINTS, DRIVER_POINTS, REPUBLISH_POINTS, TASK_POINTS
 
-KINDS = ("kill", "worker", "s3", "broker", "driver2", "freeze", "late", "coordinator")
+KINDS = ("kill", "worker", "s3", "broker", "driver2", "freeze", "late", "coordinator", "inflight")
 # Where the S3 server is frozen: during a task's uploads, the decision, the completion marker.
 S3_POINTS = ("task.after_produce", "driver.before_decision", "driver.after_decision")
 # Where the query is held while the broker restarts: prepared, decided, half committed.
@@ -65,6 +74,13 @@ FREEZE_POINTS = TASK_POINTS + DRIVER2_OLD_POINTS
 FREEZE_S = (10.0, 30.0)
 FREEZE_DELAY_S = (0.0, 1.5)  # from the release to the SIGSTOP: the random moment
 LATE_POINT = "driver.after_decision"
+# inflight (issue 24): a share of the trials; where the PUT is held; the orders of delivery.
+IN_DOUBT_SHARE = 0.07
+INFLIGHT_POINT = "decision_put"
+INFLIGHT_ORDERS = {
+    "json": ("decision-late", "decision-first", "abort-first"),
+    "delta": ("decision-first", "abort-first"),
+}
 NEW_IDS = (60, 160)  # ids produced before each trial, bounds included
 PAUSE_S = (2.0, 9.0)
 
@@ -84,6 +100,8 @@ class Fault:
             return f"{self.kind}@{self.point} {self.pause_s:.1f}s"
         if self.kind == "driver2":
             return f"{self.kind}@{self.point}+{self.second_point} {self.order}"
+        if self.kind == "inflight":
+            return f"{self.kind}@{self.point} {self.order}"
         return f"{self.kind}@{self.point}"
 
     def to_json(self) -> dict[str, Any]:
@@ -98,11 +116,14 @@ def build_schedule(
     s3: bool = True,
     coordinator: bool = False,
     concurrent: bool = True,
+    in_doubt: bool = True,
+    log: str = "json",
 ) -> list[Fault]:
     """The faults of `trials` trials; the same for the same arguments, whatever the slices.
 
     `coordinator`: the bed has three Kafka nodes (one coordinator kill per run);
-    `concurrent`: draw the second-driver, freeze and late-attempt kinds too."""
+    `concurrent`: draw the second-driver, freeze and late-attempt kinds too;
+    `in_doubt`: draw `inflight` too, with the orders the commit log `log` can tell apart."""
     rng = random.Random(seed)
     broker_at = rng.randrange(trials) if broker and trials else -1
     weights = {k: w for k, w in WEIGHTS.items() if s3 or k != "s3"}
@@ -111,7 +132,8 @@ def build_schedule(
     for index in range(trials):
         kind = "broker" if index == broker_at else _draw(rng, weights)
         faults.append(make_fault(rng, kind, deck))
-    return _with_concurrent_kinds(seed, faults, broker_at, coordinator, concurrent)
+    faults = _with_concurrent_kinds(seed, faults, broker_at, coordinator, concurrent)
+    return _with_in_doubt_kinds(seed, faults, log) if in_doubt else faults
 
 
 def _with_concurrent_kinds(
@@ -133,6 +155,33 @@ def _with_concurrent_kinds(
     return replaced
 
 
+def _with_in_doubt_kinds(seed: int, faults: list[Fault], log: str) -> list[Fault]:
+    """`faults` with some kill, worker and S3 trials replaced by `inflight`, from a stream of
+    their own (so the other trials keep the faults older versions of the suite drew)."""
+    rng, faults_rng = random.Random(f"{seed}/in-doubt"), random.Random(f"{seed}/in-doubt/faults")
+    replaced = list(faults)
+    orders: list[str] = []  # dealt like the kill points: each order as often as the others
+    for index, fault in enumerate(faults):
+        drawn = rng.random() < IN_DOUBT_SHARE  # drawn for every trial: later trials stay put
+        if drawn and fault.kind in WEIGHTS:
+            replaced[index] = make_fault(faults_rng, "inflight", orders, log)
+    return replaced
+
+
+def filtered_schedule(
+    seed: int, trials: int, kinds: Sequence[str], log: str = "json"
+) -> list[Fault]:
+    """`trials` faults of the `kinds` only, each drawn as likely as the others (kill points
+    dealt from the deck as in the full schedule): for a short run of chosen kinds."""
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown or not kinds:
+        raise ValueError(f"unknown fault kinds {unknown}; the kinds are {', '.join(KINDS)}")
+    rng = random.Random(f"{seed}/kinds/{','.join(kinds)}")
+    decks: dict[str, list[str]] = {kind: [] for kind in kinds}
+    drawn = [rng.choice(list(kinds)) for _ in range(trials)]
+    return [make_fault(rng, kind, decks[kind], log) for kind in drawn]
+
+
 def short_schedule(seed: int, *, s3: bool = True) -> list[Fault]:
     """The CI run: a driver-point kill, a task-point kill, a worker kill (and an S3 pause)."""
     rng = random.Random(seed)
@@ -148,7 +197,8 @@ def short_schedule(seed: int, *, s3: bool = True) -> list[Fault]:
     return faults
 
 
-def make_fault(rng: random.Random, kind: str, deck: list[str]) -> Fault:
+def make_fault(rng: random.Random, kind: str, deck: list[str], log: str = "json") -> Fault:
+    """A fault of `kind`; kill points and inflight orders are dealt from `deck`."""
     new_ids = rng.randint(*NEW_IDS)
     if kind == "kill":
         if not deck:
@@ -168,6 +218,10 @@ def make_fault(rng: random.Random, kind: str, deck: list[str]) -> Fault:
         return Fault(kind, rng.choice(FREEZE_POINTS), new_ids, pause, delay_s=delay)
     if kind == "late":
         return Fault(kind, LATE_POINT, new_ids)
+    if kind == "inflight":
+        if not deck:
+            deck.extend(rng.sample(INFLIGHT_ORDERS[log], len(INFLIGHT_ORDERS[log])))
+        return Fault(kind, INFLIGHT_POINT, new_ids, order=deck.pop())
     raise ValueError(f"unknown fault kind {kind!r}")
 
 
@@ -187,7 +241,9 @@ FREEZE_BACKSTOP = "driver.after_completion"
 def failpoint_spec(fault: Fault, batch: int) -> str:
     """Hold the query at the fault's point in batch `batch` (a point that fires without a
     batch id: the first time it fires); first after the decision, when beyond the bound; and
-    at the end of the batch too, for a freeze."""
+    at the end of the batch too, for a freeze; none for `inflight`."""
+    if fault.kind == "inflight":
+        return ""  # the proxy holds the query, not a failpoint
     spec = f"{fault.point}=block@{batch}"
     if fault.kind == "freeze":
         return f"{spec};{FREEZE_BACKSTOP}=block@{batch}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from kafka_txn_sink.testing.topics import Seen
-from tests.chaos.suite import outside_decisions
+from tests.chaos.oracle import outside_decisions
 
 TOPIC = "out"
 

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tests.chaos.schedule import FREEZE_BACKSTOP, Fault, build_schedule, failpoint_spec
+from tests.chaos.schedule import (
+    FREEZE_BACKSTOP,
+    INFLIGHT_ORDERS,
+    WEIGHTS,
+    Fault,
+    build_schedule,
+    failpoint_spec,
+    filtered_schedule,
+)
 
 SEED, TRIALS = 7, 200
 
 
 def test_the_concurrent_kinds_replace_some_trials_and_leave_the_others_alone() -> None:
-    before = build_schedule(SEED, TRIALS, concurrent=False)
-    after = build_schedule(SEED, TRIALS)
+    before = build_schedule(SEED, TRIALS, concurrent=False, in_doubt=False)
+    after = build_schedule(SEED, TRIALS, in_doubt=False)
 
     changed = [(old, new) for old, new in zip(before, after, strict=True) if old != new]
 
@@ -41,3 +49,24 @@ def test_a_freeze_is_also_held_at_the_end_of_its_batch() -> None:
         f"driver.before_prepare_check=block@7;{FREEZE_BACKSTOP}=block@7"
     )
     assert failpoint_spec(Fault("kill", "task.after_init", 100), 7) == "task.after_init=block@7"
+
+
+def test_inflight_replaces_some_kill_worker_and_s3_trials_and_leaves_the_others_alone() -> None:
+    for log in ("json", "delta"):
+        before = build_schedule(SEED, TRIALS, in_doubt=False, log=log)
+        after = build_schedule(SEED, TRIALS, log=log)
+
+        changed = [(old, new) for old, new in zip(before, after, strict=True) if old != new]
+
+        assert {new.kind for _, new in changed} == {"inflight"}
+        assert all(old.kind in WEIGHTS for old, _ in changed)
+        assert {new.order for _, new in changed} == set(INFLIGHT_ORDERS[log])
+
+
+def test_kinds_filter_draws_only_the_kinds_asked_for() -> None:
+    faults = filtered_schedule(SEED, 12, ("inflight", "kill"), "delta")
+
+    assert {f.kind for f in faults} == {"inflight", "kill"}
+    assert {f.order for f in faults if f.kind == "inflight"} <= set(INFLIGHT_ORDERS["delta"])
+    assert failpoint_spec(next(f for f in faults if f.kind == "inflight"), 7) == ""
+    assert filtered_schedule(SEED, 12, ("inflight", "kill"), "delta") == faults
