@@ -2,7 +2,7 @@
 
 The trial's query talks to S3 through a proxy (tests/s3_proxy.py `SequencedProxy`) that holds
 the PUTs of round 0 of the fresh batch's outcome key past the driver's deadlines (the suite's
-S3 calls time out after 2 s, 3 attempts; commit() puts twice), so `commit()` raises
+S3 calls time out after 2 s, 3 attempts), so `commit()` raises
 `DecisionInDoubtError` and Spark calls `abort()`. Once the query has ended, the held PUTs are
 delivered in the trial's order; the next start of the query settles the batch. The round's
 record must be the one delivered first (`decision-late`: abort()'s own, which was not held),
