@@ -184,3 +184,71 @@ def terminate_pid(pid: int, timeout: float = 30.0) -> None:
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     signal_group(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------------------------
+# Process trees
+# --------------------------------------------------------------------------------------------
+
+
+def pids() -> list[int]:
+    """Every process id in /proc now."""
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the name (state, parent, ...); [] when gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return stat.rsplit(")", 1)[1].split()  # the name in parentheses may hold spaces
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid``, or None when it is gone."""
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (dead, waiting to be reaped)."""
+    fields = _stat(pid)
+    return bool(fields) and fields[0] != "Z"
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` now, children first, whatever their process group."""
+    children: dict[int, list[int]] = {}
+    for each in pids():
+        children.setdefault(parent_pid(each) or 0, []).append(each)
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found += below
+        frontier += below
+    return found
+
+
+def kill_tree(proc: subprocess.Popen[bytes], timeout: float = 30.0, grace: float = 0.0) -> None:
+    """SIGKILL ``proc``, its process group and every process below it, as a machine's crash
+    would (after SIGTERM to the group and up to ``grace`` seconds, if given): Spark's Python
+    daemon puts its workers in groups of their own, so the group alone would leave them
+    running. Returns once none of them is left, or raises TestbedError."""
+    _LIVE.pop(proc.pid, None)
+    tree = descendants(proc.pid)
+    if grace > 0 and proc.poll() is None:
+        signal_group(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+    signal_group(proc.pid, signal.SIGKILL)
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while any(running(pid) for pid in tree):
+        if time.monotonic() > deadline:
+            raise TestbedError(f"processes {tree} of {proc.pid} outlived SIGKILL")
+        time.sleep(0.1)
