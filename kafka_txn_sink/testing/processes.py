@@ -218,37 +218,51 @@ def running(pid: int) -> bool:
 
 
 def descendants(pid: int) -> list[int]:
-    """The processes below ``pid`` now, children first, whatever their process group."""
+    """Every process below ``pid`` now, whatever its process group, parents before children."""
     children: dict[int, list[int]] = {}
     for each in pids():
         children.setdefault(parent_pid(each) or 0, []).append(each)
     found: list[int] = []
-    frontier = [pid]
-    while frontier:
-        below = children.get(frontier.pop(), [])
+    pending = [pid]
+    while pending:
+        below = children.get(pending.pop(0), [])
         found += below
-        frontier += below
+        pending += below
     return found
 
 
-def kill_tree(proc: subprocess.Popen[bytes], timeout: float = 30.0, grace: float = 0.0) -> None:
+def kill_tree(proc: subprocess.Popen[bytes], timeout: float = 30.0,
+              grace: float = 0.0) -> list[int]:
     """SIGKILL ``proc``, its process group and every process below it, as a machine's crash
-    would (after SIGTERM to the group and up to ``grace`` seconds, if given): Spark's Python
-    daemon puts its workers in groups of their own, so the group alone would leave them
-    running. Returns once none of them is left, or raises TestbedError."""
+    would (after SIGTERM to the group and up to ``grace`` seconds, if given). PySpark's
+    daemons put themselves in groups of their own, so the group alone would leave them (and
+    the driver's Python workers) running; the group is frozen first (SIGSTOP), so that its
+    JVM starts no new worker between the listing and the kill.
+
+    Returns:
+        The pids killed, ``proc`` first; none when it had ended.
+    Raises:
+        TestbedError: one of them outlived ``timeout``.
+    """
     _LIVE.pop(proc.pid, None)
-    tree = descendants(proc.pid)
-    if grace > 0 and proc.poll() is None:
+    if proc.poll() is not None:
+        return []
+    before = descendants(proc.pid) if grace > 0 else []
+    if grace > 0:
         signal_group(proc.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
-    signal_group(proc.pid, signal.SIGKILL)
+    signal_group(proc.pid, signal.SIGSTOP)
+    tree = list(dict.fromkeys([proc.pid, *descendants(proc.pid), *before]))
     for pid in tree:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+    signal_group(proc.pid, signal.SIGKILL)
     proc.wait(timeout=timeout)
     deadline = time.monotonic() + timeout
     while any(running(pid) for pid in tree):
         if time.monotonic() > deadline:
-            raise TestbedError(f"processes {tree} of {proc.pid} outlived SIGKILL")
+            left = [pid for pid in tree if running(pid)]
+            raise TestbedError(f"processes {left} of {proc.pid} outlived SIGKILL")
         time.sleep(0.1)
+    return tree
