@@ -4,7 +4,8 @@
 # (DataSourceStreamArrowWriter, new in 4.1), and Spark's 4.2 Kafka source restarts cleanly
 # (SPARK-55271 is fixed in its 4.2.0 jars). ci/setup.sh runs it; the e2e tests marked for
 # both Spark lines and tests/e2e/test_arrow_writer.py run their queries in this venv, and the
-# benchmark takes it as its second line:
+# benchmark takes it as its second line (PySpark comes with its `connect` extra, grpcio, pandas
+# and the rest: tests/e2e/test_spark_connect.py runs it as a Spark Connect client too):
 #
 #   .venv/bin/python benchmarks/throughput.py --spark42-python .venv-spark42/bin/python
 #
@@ -25,11 +26,11 @@ stamp="$venv/.kts-installed"
 versions=kafka_txn_sink/testing/versions.env
 spark_version="$(sed -n 's/^SPARK42_VERSION=//p' "$versions")"
 [[ -n "$spark_version" ]] || { echo "setup_spark42: SPARK42_VERSION missing in $versions" >&2; exit 1; }
-want="$(cat pyproject.toml "$versions" | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml "$versions" ci/setup_spark42.sh | sha256sum | cut -d' ' -f1)"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-  echo "setup_spark42: pip install -e '.[spark]' pyspark==$spark_version"
+  echo "setup_spark42: pip install -e '.[spark]' pyspark[connect]==$spark_version"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "${links[@]}" \
-    --config-settings editable_mode=compat -e '.[spark]' "pyspark==$spark_version"
+    --config-settings editable_mode=compat -e '.[spark]' "pyspark[connect]==$spark_version"
   echo "$want" > "$stamp"
 fi
 

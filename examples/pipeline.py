@@ -9,6 +9,9 @@ With --input-dir the source is a directory of JSON-lines files (`key`, `value` s
 of a topic, one file per batch: the tests of PySpark 4.1 use it, whose Kafka source cannot
 restart (SPARK-55271).
 
+With --remote sc://host:port it is a Spark Connect client: the query runs in that server, whose
+own settings (master, jars, the Python of its workers) apply.
+
 It exits 0 when every available input row was written, and 3 with the error on stderr (and as
 JSON on stdout) when the query failed.
 """
@@ -37,6 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--master", default="local[2,4]")
     parser.add_argument("--jars", default=os.environ.get("KTS_SPARK_JARS", ""))
     parser.add_argument("--option", action="append", default=[], help="extra sink option k=v")
+    parser.add_argument("--remote", default="", help="a Spark Connect server (sc://host:port)")
     parser.add_argument("--register", action="store_true", help="use kafka_txn_sink.register()")
     parser.add_argument(
         "--select",
@@ -48,9 +52,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def build_spark(master: str, jars: str) -> Any:
+def build_spark(master: str, jars: str, remote: str = "") -> Any:
     from pyspark.sql import SparkSession
 
+    if remote:  # the server's settings apply; this client needs no kafka_txn_sink
+        return SparkSession.builder.remote(remote).getOrCreate()
     builder = (
         SparkSession.builder.master(master)
         .appName("kafka_txn_pipeline")
@@ -77,9 +83,7 @@ def executor_environment() -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_txn_sink.protocol.stream_writer import stream_writer_class
-
-    spark = build_spark(args.master, args.jars)
+    spark = build_spark(args.master, args.jars, args.remote)
     if args.register:
         import kafka_txn_sink
 
@@ -104,14 +108,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     query = writer.start()
     query.awaitTermination()
     progress = query.recentProgress
+    # Over Connect: whether the client needed the package (only register() does).
+    sink_imported = "kafka_txn_sink" in sys.modules
     return {
         "ok": True,
         "seconds": round(time.monotonic() - started, 2),
         "batches": [p["batchId"] for p in progress],
-        "rows": sum(p["numInputRows"] for p in progress),
+        "rows": sum(p.numInputRows for p in progress),  # over Connect the key is None
         "spark": spark.version,
-        "writer": stream_writer_class().__name__,
+        "writer": None if args.remote else local_writer(),
+        "sink_imported": sink_imported,
     }
+
+
+def local_writer() -> str:
+    """The sink's writer class in this PySpark (Arrow batches on 4.1+)."""
+    from kafka_txn_sink.protocol.stream_writer import stream_writer_class
+
+    return stream_writer_class().__name__
 
 
 def read_source(spark: Any, args: argparse.Namespace) -> Any:

@@ -7,6 +7,8 @@
   (``kafka_cluster``).
 - A Spark standalone cluster (a master and workers on loopback) and a virtual environment with
   the package installed from its wheel, for executors in JVMs of their own (``spark_cluster``).
+- A Spark Connect server started from an installed PySpark, for queries a Connect client sends,
+  that tests kill with its whole process tree and start again (``spark_connect``).
 - An S3-compatible HTTP server: moto in server mode (``s3_server``).
 - The Spark packages (Kafka source/sink, Avro) that pyspark does not ship (``jars``), and a local
   SparkSession with them (``spark_session``).

@@ -184,3 +184,85 @@ def terminate_pid(pid: int, timeout: float = 30.0) -> None:
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     signal_group(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------------------------
+# Process trees
+# --------------------------------------------------------------------------------------------
+
+
+def pids() -> list[int]:
+    """Every process id in /proc now."""
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the name (state, parent, ...); [] when gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return stat.rsplit(")", 1)[1].split()  # the name in parentheses may hold spaces
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid``, or None when it is gone."""
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (dead, waiting to be reaped)."""
+    fields = _stat(pid)
+    return bool(fields) and fields[0] != "Z"
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` now, whatever its process group, parents before children."""
+    children: dict[int, list[int]] = {}
+    for each in pids():
+        children.setdefault(parent_pid(each) or 0, []).append(each)
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        below = children.get(pending.pop(0), [])
+        found += below
+        pending += below
+    return found
+
+
+def kill_tree(proc: subprocess.Popen[bytes], timeout: float = 30.0,
+              grace: float = 0.0) -> list[int]:
+    """SIGKILL ``proc``, its process group and every process below it, as a machine's crash
+    would (after SIGTERM to the group and up to ``grace`` seconds, if given). PySpark's
+    daemons put themselves in groups of their own, so the group alone would leave them (and
+    the driver's Python workers) running; the group is frozen first (SIGSTOP), so that its
+    JVM starts no new worker between the listing and the kill.
+
+    Returns:
+        The pids killed, ``proc`` first; none when it had ended.
+    Raises:
+        TestbedError: one of them outlived ``timeout``.
+    """
+    _LIVE.pop(proc.pid, None)
+    if proc.poll() is not None:
+        return []
+    before = descendants(proc.pid) if grace > 0 else []
+    if grace > 0:
+        signal_group(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+    signal_group(proc.pid, signal.SIGSTOP)
+    tree = list(dict.fromkeys([proc.pid, *descendants(proc.pid), *before]))
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    signal_group(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while any(running(pid) for pid in tree):
+        if time.monotonic() > deadline:
+            left = [pid for pid in tree if running(pid)]
+            raise TestbedError(f"processes {left} of {proc.pid} outlived SIGKILL")
+        time.sleep(0.1)
+    return tree

@@ -30,6 +30,8 @@ from kafka_txn_sink.testing.processes import (
     terminate,
     wait_for,
 )
+from kafka_txn_sink.testing.processes import parent_pid as _parent
+from kafka_txn_sink.testing.processes import pids as _pids
 
 START_TIMEOUT_S = 120.0
 EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -72,7 +74,7 @@ class SparkCluster:
             TestbedError: Java is missing, or the cluster did not come up in time.
         """
         java_executable("Spark's standalone master and workers run on it")
-        spark_class = _spark_home(self.python) / "bin" / "spark-class"
+        spark_class = spark_home(self.python) / "bin" / "spark-class"
         env = self._environment()
         self._master = spawn(
             [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
@@ -166,16 +168,7 @@ class SparkCluster:
         return True if self.workers_alive() == self.worker_count else None
 
     def _environment(self) -> dict[str, str]:
-        conf_dir = self.workdir / "conf"  # empty: no site settings leak into the test bed
-        conf_dir.mkdir(parents=True, exist_ok=True)
-        return {
-            **os.environ,
-            "SPARK_HOME": str(_spark_home(self.python)),
-            "SPARK_CONF_DIR": str(conf_dir),
-            "SPARK_LOCAL_IP": LOOPBACK,
-            "SPARK_LOCAL_HOSTNAME": LOOPBACK,
-            "PYSPARK_PYTHON": self.python,
-        }
+        return spark_environment(self.python, self.workdir)
 
     def _logs(self) -> str:
         names = ["master.log", *(f"worker-{i}.log" for i in range(self.worker_count))]
@@ -229,25 +222,34 @@ def _run(cmd: list[str], cwd: Path, timeout: float, what: str) -> str:
     return done.stdout
 
 
-def _spark_home(python: str) -> Path:
+def spark_environment(python: str, workdir: Path) -> dict[str, str]:
+    """This process's environment for a Spark daemon of ``python``'s PySpark, whose Python
+    workers run ``python``: on loopback, with an empty conf dir under ``workdir`` so that no
+    site settings leak into the test bed."""
+    conf_dir = workdir / "conf"
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    return {
+        **os.environ,
+        "SPARK_HOME": str(spark_home(python)),
+        "SPARK_CONF_DIR": str(conf_dir),
+        "SPARK_LOCAL_IP": LOOPBACK,
+        "SPARK_LOCAL_HOSTNAME": LOOPBACK,
+        "PYSPARK_PYTHON": python,
+    }
+
+
+def spark_home(python: str) -> Path:
+    """The directory of ``python``'s PySpark (its ``bin``, ``jars``).
+
+    Raises:
+        TestbedError: ``python`` has no PySpark.
+    """
     found = subprocess.run(
         [python, "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
         capture_output=True, text=True, timeout=60, check=False)
     if found.returncode != 0:
         raise TestbedError(f"no PySpark in {python}: {found.stderr[-1000:]}")
     return Path(found.stdout.strip())
-
-
-def _pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # the name in parentheses may hold spaces
 
 
 def _cmdline(pid: int) -> str:

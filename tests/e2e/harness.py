@@ -58,6 +58,8 @@ class Pipeline:
     input_dir: Path | None = None  # JSON-lines files as the source instead of the input topic
     spark_line: str = "4.0"  # the Spark version `python` runs: every successful run is checked
     signals_name: str = "failpoints"  # a second driver of the same sink blocks on its own points
+    remote: str = ""  # a Spark Connect server's URL: `python` is its client, the query runs there
+    register: bool = False  # kafka_txn_sink.register(spark) before the query
 
     @property
     def commit_log(self) -> Path:
@@ -104,6 +106,10 @@ class Pipeline:
             args += ["--select", expression]
         if self.input_dir is not None:
             args += ["--input-dir", str(self.input_dir)]
+        if self.remote:
+            args += ["--remote", self.remote]
+        if self.register:
+            args.append("--register")
         env = {
             **os.environ,
             "PYSPARK_PYTHON": self.python,

@@ -161,3 +161,20 @@ def test_a_session_without_pyspark_says_which_extra_to_install() -> None:
     assert done.returncode == 0, done.stderr
     assert "PySpark is not installed" in done.stdout
     assert "kafka-txn-sink[spark,testing]" in done.stdout
+
+
+def test_kill_tree_kills_processes_that_left_the_group(tmp_path: Path) -> None:
+    """As PySpark's daemons do (setsid): the group alone would leave them running."""
+    from kafka_txn_sink.testing.processes import descendants, kill_tree, running, spawn
+
+    script = "setsid sleep 300 & sleep 300 & wait"
+    proc = spawn(["bash", "-c", script], tmp_path / "tree.log", tmp_path, detached=False)
+    testing.wait_for(lambda: True if len(descendants(proc.pid)) == 2 else None, 30,
+                     "two children")
+    below = descendants(proc.pid)
+    assert len({os.getpgid(pid) for pid in below}) == 2  # one child left the group
+
+    killed = kill_tree(proc)
+
+    assert killed[0] == proc.pid and set(killed[1:]) == set(below)
+    assert not any(running(pid) for pid in killed)
