@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import Producer
 
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
-from kafka_txn_sink.protocol.messages import Triple
+from kafka_txn_sink.protocol.messages import Abort, Triple
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import (
@@ -73,7 +73,10 @@ def assert_only_earlier_batches_visible(pipeline: Pipeline, ids: list[str], batc
     """read_committed sees exactly the rows of the batches before `batch_id`, each once."""
     expected_rows = sum(read_json(decision_file(pipeline, b))["rows"] for b in range(batch_id))
     report = committed_report(pipeline.bootstrap, pipeline.output, ids)
-    assert not decision_file(pipeline, batch_id).exists()
+    # Spark's abort() closed the batch's round 0 with an abort record: nothing is decided.
+    log = pipeline.open_log()
+    assert log.decision(batch_id) is None
+    assert isinstance(log.outcome(batch_id, 0), Abort)
     assert report.seen == expected_rows, report.summary()
     assert not report.duplicated and not report.unexpected, report.summary()
 
