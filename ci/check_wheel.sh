@@ -154,17 +154,24 @@ print_size() {
       | awk '{n=split($2, p, "/"); printf "%s %s MB, ", p[n], $1}')"
 }
 
+install_combination() {
+  local combination=$1 spec="$wheel[$1]"
+  [[ "$combination" == core ]] && spec="$wheel"
+  "$python" -m venv "$work/c-$combination"
+  "$work/c-$combination/bin/python" -m pip install -q "$spec"
+}
+
 make_combinations() {
-  local user=$1 pyspark="$work/combination-pyspark" site combination spec pythons=""
+  local user=$1 pyspark="$work/combination-pyspark" site combination pythons="" pids=()
   mkdir -p "$pyspark"
   site="$("$user/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   ln -sfn "$site/pyspark" "$pyspark/pyspark"
   ln -sfn "$site/py4j" "$pyspark/py4j"
+  for combination in core files delta s3 all; do  # side by side: mostly unpacking from cache
+    install_combination "$combination" & pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
   for combination in core files delta s3 all; do
-    spec="$wheel[$combination]"
-    [[ "$combination" == core ]] && spec="$wheel"
-    "$python" -m venv "$work/c-$combination"
-    "$work/c-$combination/bin/python" -m pip install -q "$spec"
     site="$("$work/c-$combination/bin/python" -c \
       'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
     print_size "$combination" "$site"
@@ -186,7 +193,7 @@ run_combinations() {
 }
 
 export -f copy_sources list_commands check_help run_examples check_platform_pyspark
-export -f print_size make_combinations run_combinations
+export -f print_size install_combination make_combinations run_combinations
 export work root python
 step 300 "copy the sources" copy_sources
 step 600 "build the wheel" "$python" -m pip wheel -q --no-deps --wheel-dir "$work/dist" "$work/src"

@@ -5,6 +5,7 @@ the sink's error (a missing extra, say) on stderr and a non-zero exit otherwise.
 """
 
 import json
+import os
 import sys
 
 from pyspark.sql import SparkSession
@@ -12,6 +13,8 @@ from pyspark.sql import SparkSession
 from kafka_txn_sink.datasource import register
 
 options = json.loads(sys.argv[1])
+# Spark's Python workers run this combination's Python (the driver's), not a python3 on PATH.
+os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 spark = (
     SparkSession.builder.master("local[1]")
     .config("spark.ui.enabled", "false")

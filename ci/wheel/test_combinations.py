@@ -23,6 +23,13 @@ from kafka_txn_sink.testing.topics import read_topic
 QUERY = Path(__file__).with_name("query.py")
 PYTHONS = dict(item.split("=", 1) for item in os.environ["KTS_COMBINATIONS"].split(","))
 ROWS = 10
+
+
+@pytest.fixture
+def kafka_bootstrap(kts_kafka: Any) -> str:
+    """The test kit's broker (its own, or the one at $KTS_KAFKA_BOOTSTRAP)."""
+    return str(kts_kafka.bootstrap)
+
 S3 = tuple[str, dict[str, str]]
 
 
@@ -36,7 +43,7 @@ def options_of(combination: str, bootstrap: str, out: str, tmp: Path, s3: S3) ->
     """The options of the mode that combination is for (`s3`: the bucket and its options)."""
     base = {
         "kafka.bootstrap.servers": bootstrap,
-        "sinkId": f"wheel-{combination}",
+        "sinkId": f"wheel_{combination}",
         "writeId": "w1",
         "commitLog": str(tmp / "log"),
     }
@@ -83,7 +90,7 @@ def test_the_core_install_names_the_missing_s3_extra(
         PYTHONS["core"],
         {
             "kafka.bootstrap.servers": kafka_bootstrap,
-            "sinkId": "wheel-missing",
+            "sinkId": "wheel_missing",
             "writeId": "w1",
             "topic": "wheel_missing",
             "commitLog": "s3://bucket/log",
