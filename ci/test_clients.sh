@@ -43,13 +43,16 @@ print(f"test_clients: confluent-kafka {confluent_kafka.__version__} "
 PY
 
 run() {
-  local name=$1 tier_started=$SECONDS
+  local name=$1 tier_started=$SECONDS  # a tier's failure does not stop the next
   shift
-  echo "== $name"
-  PYTHONPATH=$PWD timeout 3600 "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" \
-    | tail -3
+  echo "== $name tier"
+  PYTHONPATH=$PWD timeout 3600 "$venv/bin/python" -m pytest -q -rfE -p no:cacheprovider "$@" \
+    > "$venv/$name.log" 2>&1 || status=1
+  grep -E '^(FAILED|ERROR) |[0-9]+ (passed|failed)' "$venv/$name.log" || tail -20 "$venv/$name.log"
   echo "   $name: $((SECONDS - tier_started)) s"
 }
-run "unit tier" tests/unit
-run "kafka integration tier" tests/integration -m "kafka and not spark and not s3"
-echo "test_clients $end: $((SECONDS - started)) s"
+status=0
+run unit tests/unit
+run kafka tests/integration -m "kafka and not spark and not s3"
+echo "test_clients $end: $((SECONDS - started)) s, logs in $venv/*.log"
+exit "$status"

@@ -28,12 +28,12 @@ class Supported:
 
     @property
     def requirement(self) -> str:
-        """The range as pip writes it, e.g. `confluent-kafka>=2.6.0,<3`."""
+        """The range as pip writes it, e.g. `confluent-kafka>=2.7.0,<3`."""
         return f"{self.distribution}>={self.low},<{self.high}"
 
 
 CLIENTS = (
-    Supported("confluent-kafka", "2.6.0", "3"),
+    Supported("confluent-kafka", "2.7.0", "3"),
     Supported("kafka-python", "3.0.0", "3.1"),
 )
 POLARS_AVRO = Supported("polars-avro", "0.13", "0.14")

@@ -383,7 +383,8 @@ class TaskTransaction:
             return None
         try:
             remaining = self._client.flush(self._timeout_s)
-        except SystemError as exc:
+        except (SystemError, KafkaException) as exc:
+            # confluent-kafka before 2.16 raises a fatal state (e.g. fenced) from flush itself.
             raise self._fatal(exc) from exc
         self._raise_delivery_error()
         if remaining:
@@ -430,7 +431,7 @@ class TaskTransaction:
         """Drop the client without closing it, so a prepared transaction stays open."""
         self._producer = None
 
-    def _fatal(self, exc: SystemError) -> KafkaTxnSinkError:
+    def _fatal(self, exc: Exception) -> KafkaTxnSinkError:
         # confluent-kafka 2.16 can run delivery callbacks while the error of a fatal state
         # (e.g. fenced) is pending; the callback's first call then fails as a SystemError.
         self.abort()

@@ -131,8 +131,8 @@ def test_the_cli_verify_command_names_its_extra(
 @pytest.mark.parametrize(
     ("distribution", "found", "refused"),
     [
-        ("confluent-kafka", "2.5.3", True),
-        ("confluent-kafka", "2.6.0", False),
+        ("confluent-kafka", "2.6.1", True),
+        ("confluent-kafka", "2.7.0", False),
         ("confluent-kafka", "2.99.1", False),
         ("confluent-kafka", "3.0.0", True),
         ("kafka-python", "2.3.3", True),
