@@ -48,7 +48,7 @@ run() {
   echo "== $name tier"
   PYTHONPATH=$PWD timeout 3600 "$venv/bin/python" -m pytest -q -rfE -p no:cacheprovider "$@" \
     > "$venv/$name.log" 2>&1 || status=1
-  grep -E '^(FAILED|ERROR) |[0-9]+ (passed|failed)' "$venv/$name.log" || tail -20 "$venv/$name.log"
+  grep -E '^(FAILED|ERROR) |^[0-9]+ (passed|failed)' "$venv/$name.log" || tail -20 "$venv/$name.log"
   echo "   $name: $((SECONDS - tier_started)) s"
 }
 status=0

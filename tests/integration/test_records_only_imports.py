@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 SCRIPT = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys
 
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StringType, StructField, StructType
@@ -39,6 +39,10 @@ SCRIPT = textwrap.dedent(
     builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
     spark = builder.getOrCreate()
     context = spark.sparkContext
+    # What Spark gives a driver-side Python worker (protocol/runs.py tells drivers apart by it):
+    # the driver's block manager directories; this script runs the driver's steps itself.
+    disk = context._jvm.org.apache.spark.SparkEnv.get().blockManager().diskBlockManager()
+    os.environ["SPARK_LOCAL_DIRS"] = ",".join(d.getPath() for d in disk.localDirs())
     # What Spark sets for a micro-batch's tasks: they reach the task's real TaskContext.
     context.setLocalProperty("streaming.sql.batchId", "0")
     context.setLocalProperty("sql.streaming.queryId", "q-1")
