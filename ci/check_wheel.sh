@@ -8,7 +8,12 @@
 #     from the wheel's pytest11 entry point;
 #  3. "platform": the wheel without extras in a venv with no PySpark, where the CLI must work;
 #     then that venv given a platform's PySpark (on sys.path, no pip distribution, as on
-#     Databricks): installing the wheel leaves that PySpark as it was, and the sink imports.
+#     Databricks): installing the wheel leaves that PySpark as it was, and the sink imports;
+#  4. "combinations": a clean venv for each install a user would choose (core, core+files,
+#     core+delta, core+s3, all), its installed size printed (MB, and beyond pyarrow), each given
+#     the user venv's PySpark on sys.path; then one batch write in each, in the mode it is for
+#     (ci/wheel/test_combinations.py, one broker and one S3 server for all), and the core
+#     install refusing an s3:// commitLog at the driver's start with the s3 extra's pip line.
 # pip's cache is reused; every step is bounded. A broker or S3 endpoint in KTS_KAFKA_BOOTSTRAP /
 # KTS_S3_ENDPOINT is used by the example tests; otherwise they start their own.
 # KTS_KEEP_WHEEL_CHECK=1 keeps the work directory (printed at the start).
@@ -137,7 +142,58 @@ EOF
   "$venv/bin/kafka-txn-sink" --help >/dev/null
 }
 
+# The installed size of a venv: site-packages less pip and setuptools, and beyond pyarrow.
+print_size() {
+  local name=$1 site=$2 total pyarrow
+  total="$(du -smc "$site"/* | tail -1 | cut -f1)"
+  total=$((total - $(du -smc "$site"/pip "$site"/setuptools "$site"/pkg_resources 2>/dev/null \
+    | tail -1 | cut -f1)))
+  pyarrow="$(du -sm "$site/pyarrow" | cut -f1)"
+  echo "   $name: $total MB installed, $((total - pyarrow)) MB beyond pyarrow; biggest:" \
+    "$(du -sm "$site"/* | sort -rn | grep -v -E '/(pip|setuptools)$' | head -5 \
+      | awk '{n=split($2, p, "/"); printf "%s %s MB, ", p[n], $1}')"
+}
+
+install_combination() {
+  local combination=$1 spec="$wheel[$1]"
+  [[ "$combination" == core ]] && spec="$wheel"
+  "$python" -m venv "$work/c-$combination"
+  "$work/c-$combination/bin/python" -m pip install -q "$spec"
+}
+
+make_combinations() {
+  local user=$1 pyspark="$work/combination-pyspark" site combination pythons="" pids=()
+  mkdir -p "$pyspark"
+  site="$("$user/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  ln -sfn "$site/pyspark" "$pyspark/pyspark"
+  ln -sfn "$site/py4j" "$pyspark/py4j"
+  for combination in core files delta s3 all; do  # side by side: mostly unpacking from cache
+    install_combination "$combination" & pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  for combination in core files delta s3 all; do
+    site="$("$work/c-$combination/bin/python" -c \
+      'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    print_size "$combination" "$site"
+    echo "$pyspark" > "$site/platform_pyspark.pth"  # after the size: PySpark is the platform's
+    pythons+="${pythons:+,}$combination=$work/c-$combination/bin/python"
+  done
+  echo "$pythons" > "$work/combinations"
+}
+
+run_combinations() {
+  local user=$1
+  mkdir -p "$work/wheel-tests"
+  cp ci/wheel/query.py ci/wheel/test_combinations.py "$work/wheel-tests/"
+  (
+    cd "$work/wheel-tests"
+    KTS_COMBINATIONS="$(cat "$work/combinations")" \
+      "$user/bin/python" -m pytest -q -s -p no:cacheprovider test_combinations.py
+  )
+}
+
 export -f copy_sources list_commands check_help run_examples check_platform_pyspark
+export -f print_size install_combination make_combinations run_combinations
 export work root python
 step 300 "copy the sources" copy_sources
 step 600 "build the wheel" "$python" -m pip wheel -q --no-deps --wheel-dir "$work/dist" "$work/src"
@@ -152,4 +208,7 @@ step 900 "install the wheel [spark,testing], pyspark==$spark_version, pytest, ch
 step 300 "kafka-txn-sink --help and every subcommand's" check_help "$work/user"
 step 1800 "examples/testkit and examples/databricks from the wheel" run_examples "$work/user"
 step 900 "no PySpark: the CLI; a platform's PySpark stays as it was" check_platform_pyspark "$work/user"
+step 900 "install each combination: core, files, delta, s3, all" make_combinations "$work/user"
+step 900 "one batch write with each combination; core refuses s3:// by its extra" \
+  run_combinations "$work/user"
 echo "check_wheel: ok"

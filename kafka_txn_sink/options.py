@@ -16,6 +16,7 @@ from typing import Any, Literal
 from kafka_txn_sink import margin
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.extras import check_install
 from kafka_txn_sink.kafka.producer import producer_config
 from kafka_txn_sink.kafka.security import client_settings
 from kafka_txn_sink.protocol.txn_ids import validate_sink_id
@@ -365,6 +366,8 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
 
     Raises:
         ConfigError: an option is missing, malformed, unknown, or owned by the sink.
+        MissingExtraError: an option needs an extra of the package that is not installed.
+        ConfigError: a Kafka client's version is outside its tested range.
     """
     options = {str(k).lower(): str(v) for k, v in raw.items()}
     originals = {str(k).lower(): str(k) for k in raw}
@@ -395,7 +398,7 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
             f"consumers take every message there as a committed file reference, so no row may "
             f"be written to it; give records mode another topic"
         )
-    return SinkOptions(
+    parsed = SinkOptions(
         sink_id=validate_sink_id(options.get(SINK_ID.key, "")),
         commit_log=_required(options, COMMIT_LOG),
         bootstrap_servers=bootstrap,
@@ -410,6 +413,8 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         files=files,
         write_id=_write_id(options),
     )
+    check_install(parsed)  # on the driver, before any task: a missing extra is a clear error
+    return parsed
 
 
 def parse_files_options(options: Mapping[str, str]) -> FilesOptions | None:

@@ -32,6 +32,7 @@ from kafka_txn_sink.cli import log, transactions, vacuum, verify
 from kafka_txn_sink.cli.common import CANNOT_RUN, PROG, CliError, scrub
 from kafka_txn_sink.cli.render import Output
 from kafka_txn_sink.errors import KafkaTxnSinkError
+from kafka_txn_sink.kafka.client_versions import check_clients
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_client_logs()
     out = Output(json_mode=args.json)
     try:
+        check_clients()  # the Kafka clients' internals the commands use are tested ones
         code: int = args.func(args, out)
         return code
     except CliError as exc:

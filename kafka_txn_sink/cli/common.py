@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kafka_txn_sink import extras
 from kafka_txn_sink.commit_log import LOG_FORMATS, CommitLog, detect_format, open_commit_log
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.kafka.security import client_settings
@@ -187,9 +188,16 @@ def open_log(args: argparse.Namespace) -> tuple[CommitLog, str]:
 
     Raises:
         CliError: nothing at the location is a commit log (no `_sink.json`, no Delta sink row).
+        MissingExtraError: `--log` or `--path` needs an extra that is not installed.
     """
+    extras.require_all(
+        extras.location_needs("--log", args.log)
+        + extras.location_needs("--path", getattr(args, "path", None))
+    )
     s3 = s3_settings(args)
     fmt = detect_format(args.log, s3) if args.log_format == "auto" else args.log_format
+    if fmt == "delta":
+        extras.require("--log (a Delta commit log)", "delta")
     commit_log = open_commit_log(args.log, s3, fmt)
     meta = commit_log.sink_meta()
     if meta is None:

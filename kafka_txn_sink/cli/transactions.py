@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kafka_txn_sink import extras
 from kafka_txn_sink.cli.common import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     OK,
@@ -38,7 +39,6 @@ from kafka_txn_sink.cli.common import (
 from kafka_txn_sink.cli.render import Output, Payload, age_s, iso
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import TransactionCompletionError
-from kafka_txn_sink.files.republish import Republisher
 from kafka_txn_sink.kafka.admin_api import TransactionAdmin, TxnState
 from kafka_txn_sink.kafka.cluster import Cluster
 from kafka_txn_sink.options import (
@@ -55,6 +55,9 @@ from kafka_txn_sink.protocol.recover import (
     incomplete_decisions,
     sink_holdings,
 )
+
+if TYPE_CHECKING:
+    from kafka_txn_sink.files.republish import Republisher
 
 END_TXN_DEADLINE_S = 30.0
 
@@ -301,11 +304,15 @@ def _republisher(args: argparse.Namespace, sink_id: str) -> Republisher | None:
 
     Raises:
         CliError: only one of the two is given.
+        MissingExtraError: files mode's extra is not installed.
     """
     if not (args.path and args.references_topic):
         if args.path or args.references_topic:
             raise CliError("--path and --references-topic go together (files mode)")
         return None
+    extras.require("--path (files mode)", "files")
+    from kafka_txn_sink.files.republish import Republisher  # fastavro: files mode only
+
     return Republisher(
         sink_id=sink_id,
         bootstrap_servers=args.bootstrap,

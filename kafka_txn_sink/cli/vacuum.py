@@ -10,7 +10,7 @@ with `--execute`, deletes.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -37,7 +37,9 @@ from kafka_txn_sink.options import PATH
 from kafka_txn_sink.protocol.messages import now_ms
 from kafka_txn_sink.storage import open_file_sink
 from kafka_txn_sink.storage.files import FileSink, PendingUpload
-from kafka_txn_sink.storage.s3 import S3FileSink
+
+if TYPE_CHECKING:
+    from kafka_txn_sink.storage.s3 import S3FileSink
 
 DEFAULT_RETENTION_HOURS = 24.0
 
@@ -87,7 +89,8 @@ def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
     # Listed before the log is read: a batch decided in between is seen with its files, and
     # one decided after the read is seen as undecided, so its files stay.
     stored = sink.list()
-    pending = sink.pending_uploads() if isinstance(sink, S3FileSink) else []
+    s3_sink = _s3_sink(sink)
+    pending = s3_sink.pending_uploads() if s3_sink is not None else []
     decided = decided_files(commit_log)
     referenced = decided.locations
     plan = plan_vacuum(
@@ -164,12 +167,22 @@ def _vacuum_execute(plan: VacuumPlan, sink: FileSink) -> Payload:
             errors.append(str(exc))
     for upload in plan.abort:
         try:
-            if isinstance(sink, S3FileSink):
-                sink.abort_upload(upload)
+            s3_sink = _s3_sink(sink)
+            if s3_sink is not None:
+                s3_sink.abort_upload(upload)
                 aborted += 1
         except StagingError as exc:
             errors.append(str(exc))
     return {"ok": not errors, "deleted": deleted, "aborted": aborted, "errors": errors}
+
+
+def _s3_sink(sink: FileSink) -> S3FileSink | None:
+    """`sink` when it is on S3 (storage.s3, and boto3, loaded only then), else None."""
+    if not sink.uri.startswith("s3://"):
+        return None
+    from kafka_txn_sink.storage.s3 import S3FileSink
+
+    return sink if isinstance(sink, S3FileSink) else None
 
 
 def _render_vacuum(payload: Payload, console: Console) -> None:

@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -21,7 +21,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
+from kafka_txn_sink import extras
 from kafka_txn_sink.cli.common import (
+    PROG,
     add_kafka_option,
     add_s3_options,
     json_option,
@@ -32,9 +34,11 @@ from kafka_txn_sink.cli.render import Output
 from kafka_txn_sink.commit_log import LOG_FORMATS
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.options import COMMIT_LOG, COMMIT_LOG_FORMAT, PATH, REFERENCES_TOPIC
-from kafka_txn_sink.verify import VerifySpec, verify
-from kafka_txn_sink.verify.kafka import NoProgress, Progress, ProgressTask
-from kafka_txn_sink.verify.report import Payload, VerifyReport
+
+if TYPE_CHECKING:
+    from kafka_txn_sink.verify import VerifySpec
+    from kafka_txn_sink.verify.kafka import Progress, ProgressTask
+    from kafka_txn_sink.verify.report import Payload, VerifyReport
 
 DEFAULT_MAX_PRINT = 20
 DEFAULT_TIMEOUT_MS = 10_000
@@ -138,6 +142,8 @@ def _client_options(group: Any) -> None:
 
 def spec_of(args: argparse.Namespace) -> VerifySpec:
     """What to verify, from the command line."""
+    from kafka_txn_sink.verify import VerifySpec
+
     return VerifySpec(
         bootstrap=args.bootstrap,
         input_topics=tuple(args.input_topic),
@@ -158,7 +164,14 @@ def spec_of(args: argparse.Namespace) -> VerifySpec:
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
-    """`verify`: verify, print the report, and return the exit code (errors propagate)."""
+    """`verify`: verify, print the report, and return the exit code (errors propagate).
+
+    Raises:
+        MissingExtraError: the verifier's extra is not installed.
+    """
+    extras.require(f"{PROG} verify", "verify")
+    from kafka_txn_sink.verify import verify  # numpy, fastavro, boto3: the verify extra
+
     if args.max_print < 0:
         raise ConfigError(f"--max-print must not be negative, got {args.max_print}")
     spec = spec_of(args)
@@ -206,6 +219,8 @@ class _Bars:
 @contextmanager
 def _progress(enabled: bool) -> Iterator[Progress]:
     if not enabled:
+        from kafka_txn_sink.verify.kafka import NoProgress
+
         yield NoProgress()
         return
     bars = RichProgress(
@@ -223,7 +238,7 @@ def _progress(enabled: bool) -> Iterator[Progress]:
 # -- the human report ----------------------------------------------------------------------
 
 
-_Row = tuple[str, str, Callable[[Payload], list[str]]]
+_Row = tuple[str, str, Callable[["Payload"], list[str]]]
 
 
 def _position(item: Payload) -> str:

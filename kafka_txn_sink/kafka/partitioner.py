@@ -1,74 +1,102 @@
-"""Kafka's default partition of keyed records, for a whole column of keys at once (numpy).
+"""Kafka's default partition of keyed records, for a whole column of keys at once (Arrow).
 
 Java clients, and so Spark's own Kafka sink, send a record with a key to partition
 `(murmur2(key) & 0x7fffffff) % partitions`; librdkafka's `murmur2_random` partitioner (the
 producer's setting here) does the same. Knowing the partitions before producing lets the producer
 send each partition's records with an explicit partition and collect their delivery reports per
 partition without a Python call per record (`producer.TaskTransaction.send_many`).
+
+The arithmetic runs in pyarrow's compute kernels (a core dependency) rather than numpy, which
+only files mode and the verifier install: unchecked uint32 arithmetic wraps on overflow as Java's
+int arithmetic does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 SEED = 0x9747B28C
-MULTIPLIER = np.uint32(0x5BD1E995)
+MULTIPLIER = pa.scalar(0x5BD1E995, pa.uint32())  # see _u32
 POSITIVE = 0x7FFFFFFF
 
 
-def key_partitions(keys: Sequence[bytes], partitions: int) -> np.ndarray:
-    """The partition (int64) Kafka's default partitioner picks for each key.
+def _u32(value: int) -> pa.Scalar:
+    """A uint32 operand: a plain int would widen the uint32 arrays to int64 (no wrapping)."""
+    return pa.scalar(value, pa.uint32())
+
+
+def key_partitions(keys: Sequence[bytes], partitions: int) -> pa.Int64Array:
+    """The partition Kafka's default partitioner picks for each key, as int64.
 
     Raises:
         TypeError: a key is None (null keys have no hash; the caller picks their partition).
     """
-    lengths = np.fromiter(map(len, keys), np.int64, len(keys))
-    data = np.frombuffer(b"".join(keys), np.uint8)
-    starts = np.zeros(len(keys), np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    hashes = murmur2(data, starts, lengths).astype(np.int64)
-    partition: np.ndarray = (hashes & POSITIVE) % partitions
+    column = pa.array(keys, pa.large_binary())
+    if column.null_count:
+        raise TypeError("a null key has no murmur2 hash")
+    offsets = pa.Array.from_buffers(pa.int64(), len(column) + 1, [None, column.buffers()[1]])
+    data_buffer = column.buffers()[2]
+    size = 0 if data_buffer is None else data_buffer.size
+    data = pa.Array.from_buffers(pa.uint8(), size, [None, data_buffer])
+    starts = offsets.slice(0, len(column))
+    lengths = pc.subtract(offsets.slice(1), starts)
+    positive = pc.bit_wise_and(pc.cast(murmur2(data, starts, lengths), pa.int64()), POSITIVE)
+    # positive % partitions (pyarrow has no modulo kernel; integer division truncates)
+    partition: pa.Int64Array = pc.subtract(
+        positive, pc.multiply(pc.divide(positive, partitions), partitions)
+    )
     return partition
 
 
-def murmur2(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def murmur2(data: pa.Array, starts: pa.Array, lengths: pa.Array) -> pa.UInt32Array:
     """Kafka's murmur2 (`Utils.murmur2`, seed 0x9747b28c) of `data[starts[i]:][:lengths[i]]`.
 
-    Vectorised over the keys: one pass per 4-byte block of the longest key. uint32 arrays wrap
-    on overflow as Java's int arithmetic does.
+    Vectorised over the keys: one pass per 4-byte block of the longest key, each over the keys
+    that long (`replace_with_mask` writes their new hashes back in place of the old).
     """
-    hashes = np.uint32(SEED) ^ lengths.astype(np.uint32)
-    blocks = lengths // 4
-    for block in range(int(blocks.max(initial=0))):
-        live = np.flatnonzero(blocks > block)
-        word = _word(data, starts[live] + 4 * block)
-        word *= MULTIPLIER
-        word ^= word >> 24
-        word *= MULTIPLIER
-        hashes[live] = (hashes[live] * MULTIPLIER) ^ word
-    tail = lengths & 3
-    end = starts + (lengths & ~3)
-    _mix_tail(hashes, data, end, tail)
-    hashes ^= hashes >> 13
-    hashes *= MULTIPLIER
-    hashes ^= hashes >> 15
-    return hashes
+    hashes = pc.bit_wise_xor(_u32(SEED), pc.cast(lengths, pa.uint32()))
+    blocks = pc.divide(lengths, 4)
+    longest = pc.max(blocks).as_py() or 0
+    for block in range(longest):
+        live = pc.greater(blocks, block)
+        at = pc.add(pc.filter(starts, live), 4 * block)
+        word = _mixed(_word(data, at))
+        mixed = pc.bit_wise_xor(pc.multiply(pc.filter(hashes, live), MULTIPLIER), word)
+        hashes = pc.replace_with_mask(hashes, live, mixed)
+    tail = pc.bit_wise_and(lengths, 3)
+    end = pc.add(starts, pc.subtract(lengths, tail))
+    hashes = _mix_tail(hashes, data, end, tail)
+    hashes = pc.bit_wise_xor(hashes, pc.shift_right(hashes, _u32(13)))
+    hashes = pc.multiply(hashes, MULTIPLIER)
+    return pc.bit_wise_xor(hashes, pc.shift_right(hashes, _u32(15)))
 
 
-def _word(data: np.ndarray, at: np.ndarray) -> np.ndarray:
+def _word(data: pa.Array, at: pa.Array) -> pa.Array:
     """The little-endian 32-bit words at byte positions `at`."""
-    word = data[at].astype(np.uint32)
+    word = pc.cast(pc.take(data, at), pa.uint32())
     for byte in (1, 2, 3):
-        word |= data[at + byte].astype(np.uint32) << (8 * byte)
+        taken = pc.cast(pc.take(data, pc.add(at, byte)), pa.uint32())
+        shifted = pc.shift_left(taken, _u32(8 * byte))
+        word = pc.bit_wise_or(word, shifted)
     return word
 
 
-def _mix_tail(hashes: np.ndarray, data: np.ndarray, end: np.ndarray, tail: np.ndarray) -> None:
+def _mixed(word: pa.Array) -> pa.Array:
+    """A block's word as murmur2 mixes it: k *= m; k ^= k >>> 24; k *= m."""
+    word = pc.multiply(word, MULTIPLIER)
+    word = pc.bit_wise_xor(word, pc.shift_right(word, _u32(24)))
+    return pc.multiply(word, MULTIPLIER)
+
+
+def _mix_tail(hashes: pa.Array, data: pa.Array, end: pa.Array, tail: pa.Array) -> pa.Array:
     """The last 1-3 bytes of each key, as murmur2's fall-through switch takes them."""
     for byte in (2, 1, 0):
-        has = np.flatnonzero(tail > byte)
-        hashes[has] ^= data[end[has] + byte].astype(np.uint32) << (8 * byte)
-    has = np.flatnonzero(tail > 0)
-    hashes[has] *= MULTIPLIER
+        has = pc.greater(tail, byte)
+        at = pc.add(pc.filter(end, has), byte)
+        shifted = pc.shift_left(pc.cast(pc.take(data, at), pa.uint32()), _u32(8 * byte))
+        hashes = pc.replace_with_mask(hashes, has, pc.bit_wise_xor(pc.filter(hashes, has), shifted))
+    has = pc.greater(tail, 0)
+    return pc.replace_with_mask(hashes, has, pc.multiply(pc.filter(hashes, has), MULTIPLIER))

@@ -18,6 +18,7 @@ from kafka_txn_sink.errors import (
     KafkaTxnSinkError,
     PermissionDeniedError,
 )
+from kafka_txn_sink.extras import missing_modules
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ def topic_permission(operation: str, topic: str) -> Permission:
 
 
 CLUSTER_DESCRIBE_CONFIGS = Permission("DescribeConfigs", "cluster")
+UNKNOWN_SUBJECT = "User:<the subject of the client certificate>"
 """Reading the brokers' transaction.max.timeout.ms when the query starts."""
 
 
@@ -85,6 +87,8 @@ def principal(kafka: Mapping[str, str]) -> str:
 def _certificate_principal(lowered: Mapping[str, str]) -> str:
     """`User:<subject>` of the client certificate, as Kafka's default principal builder names
     it (the subject's RFC 2253 form)."""
+    if missing_modules("keystore"):  # no cryptography installed: a name, not an ImportError
+        return UNKNOWN_SUBJECT
     from cryptography import x509
 
     pem = lowered.get("ssl.certificate.pem", "").encode()
@@ -96,7 +100,7 @@ def _certificate_principal(lowered: Mapping[str, str]) -> str:
             return f"User:{x509.load_pem_x509_certificate(pem).subject.rfc4514_string()}"
     except (OSError, ValueError):
         pass
-    return "User:<the subject of the client certificate>"
+    return UNKNOWN_SUBJECT
 
 
 def denied(permission: Permission, kafka: Mapping[str, str], step: str) -> PermissionDeniedError:

@@ -8,15 +8,18 @@ and the transaction stays Ongoing on the coordinator until the driver completes 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from operator import itemgetter
 from typing import Any, cast
 
-import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kafka_txn_sink.errors import InputError, KafkaTxnSinkError, KafkaUnavailableError
@@ -279,19 +282,22 @@ class TaskTransaction:
 
     def _partitions_of(
         self, topic: str, keys: Sequence[bytes | None] | None, records: int
-    ) -> np.ndarray:
+    ) -> pa.Int64Array:
         """Each record's partition: the key's hash, or one random partition for null keys."""
         count = self._partition_count(topic)
-        sticky = random.randrange(count)
+        sticky = pa.scalar(random.randrange(count), pa.int64())
         if keys is None:
-            return np.full(records, sticky, np.int64)
+            return pa.repeat(sticky, records)
         try:  # cheaper than looking for null keys first: they are rare, and refused at once
             return key_partitions(cast("Sequence[bytes]", keys), count)
         except TypeError:
             pass
-        keyed = [i for i, key in enumerate(keys) if key is not None]
-        partitions = np.full(records, sticky, np.int64)
-        partitions[keyed] = key_partitions([cast(bytes, keys[i]) for i in keyed], count)
+        keyed = [key for key in keys if key is not None]
+        has_key = pa.array([key is not None for key in keys], pa.bool_())
+        hashed = key_partitions(keyed, count)
+        partitions: pa.Int64Array = pc.replace_with_mask(
+            pa.repeat(sticky, records), has_key, hashed
+        )
         return partitions
 
     def _partition_count(self, topic: str) -> int:
@@ -377,7 +383,8 @@ class TaskTransaction:
             return None
         try:
             remaining = self._client.flush(self._timeout_s)
-        except SystemError as exc:
+        except (SystemError, KafkaException) as exc:
+            # confluent-kafka before 2.16 raises a fatal state (e.g. fenced) from flush itself.
             raise self._fatal(exc) from exc
         self._raise_delivery_error()
         if remaining:
@@ -424,7 +431,7 @@ class TaskTransaction:
         """Drop the client without closing it, so a prepared transaction stays open."""
         self._producer = None
 
-    def _fatal(self, exc: SystemError) -> KafkaTxnSinkError:
+    def _fatal(self, exc: Exception) -> KafkaTxnSinkError:
         # confluent-kafka 2.16 can run delivery callbacks while the error of a fatal state
         # (e.g. fenced) is pending; the callback's first call then fails as a SystemError.
         self.abort()
@@ -538,26 +545,32 @@ def _produce_failure(
 
 
 def _by_partition(
-    partitions: np.ndarray, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None
+    partitions: pa.Int64Array,
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None,
 ) -> Iterator[tuple[int, Sequence[bytes | None], Sequence[bytes | None] | None]]:
     """(partition, its values, its keys) for each partition used, records in their order."""
-    if (partitions == partitions[0]).all():
-        yield int(partitions[0]), values, keys
+    low, high = pc.min_max(partitions).values()
+    if low == high:
+        yield low.as_py(), values, keys
         return
-    order = np.argsort(partitions, kind="stable")
-    bounds = np.flatnonzero(np.diff(partitions[order])) + 1
-    firsts = partitions[order[np.concatenate(([0], bounds))]].tolist()
-    values_by = _split(values, order, bounds)
-    keys_by = _split(keys, order, bounds) if keys is not None else [None] * len(firsts)
+    order = pc.sort_indices(partitions)  # stable: each partition keeps its records' order
+    ordered = pc.take(partitions, order)
+    changes = pc.not_equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
+    bounds = [0, *(pc.add(pc.indices_nonzero(changes), 1).to_pylist()), len(ordered)]
+    firsts = pc.take(ordered, bounds[:-1]).to_pylist()
+    picks = order.to_pylist()
+    values_by = _split(values, picks, bounds)
+    keys_by = _split(keys, picks, bounds) if keys is not None else [None] * len(firsts)
     yield from zip(firsts, values_by, keys_by, strict=True)
 
 
 def _split(
-    items: Sequence[bytes | None], order: np.ndarray, bounds: np.ndarray
+    items: Sequence[bytes | None], picks: list[int], bounds: list[int]
 ) -> list[list[bytes | None]]:
-    """`items` taken in `order`, cut at `bounds` (numpy does the moving, not a Python loop)."""
-    array = np.fromiter(items, object, len(items))
-    return [part.tolist() for part in np.split(array[order], bounds)]
+    """`items` taken in the order of `picks`, cut at `bounds` (itemgetter moves them in C)."""
+    taken = list(itemgetter(*picks)(items)) if len(picks) > 1 else [items[i] for i in picks]
+    return [taken[start:end] for start, end in itertools.pairwise(bounds)]
 
 
 def _no_keys(values: Sequence[bytes | None]) -> Iterator[tuple[bytes | None, None]]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.extras import require
 from kafka_txn_sink.redaction import mask_in_logs
 
 JAAS = "sasl.jaas.config"
@@ -248,7 +249,12 @@ def driver_settings(kafka: Mapping[str, str]) -> dict[str, Any]:
 
 def _pkcs12_files(lowered: Mapping[str, str]) -> dict[str, str]:
     """The certificate chain and the key of a PKCS#12 keystore, as PEM files for kafka-python
-    (the key stays encrypted with the keystore's password)."""
+    (the key stays encrypted with the keystore's password).
+
+    Raises:
+        MissingExtraError: cryptography (the keystore extra) is not installed.
+    """
+    require("option kafka.ssl.keystore.location", "keystore")
     from cryptography.hazmat.primitives.serialization import (
         BestAvailableEncryption,
         Encoding,
