@@ -1,5 +1,5 @@
 """Whole queries on a secured broker (SASL_SSL and mutual TLS, the StandardAuthorizer refusing
-what no ACL allows), as a user with only the README's ACLs: every input id is seen once by a
+what no ACL allows), as a user with only docs/operations.md's ACLs: every input id is seen once by a
 read_committed consumer, nothing stays open, and with every process logging at DEBUG no
 secret appears in any output or file of the run.
 
@@ -36,7 +36,7 @@ def broker(secured_broker: SecuredKafkaBroker) -> SecuredKafkaBroker:
 
 
 def least_privileged(broker: SecuredKafkaBroker, user: KafkaUser, sink_id: str, topic: str) -> None:
-    """The README's ACLs for one sink, and nothing else."""
+    """docs/operations.md's ACLs for one sink, and nothing else."""
     broker.allow(user.principal, "TRANSACTIONAL_ID", f"{sink_id}-", ["WRITE"], prefixed=True)
     broker.allow(user.principal, "TOPIC", topic, ["WRITE", "READ"])
     broker.allow(user.principal, "BROKER", "kafka-cluster", ["DESCRIBE_CONFIGS"])
@@ -45,7 +45,7 @@ def least_privileged(broker: SecuredKafkaBroker, user: KafkaUser, sink_id: str, 
 def secured_pipeline(
     broker: SecuredKafkaBroker, user: KafkaUser, tmp_path: Path, settings: dict[str, str]
 ) -> tuple[Pipeline, list[str]]:
-    """A sink of `user` with the README's ACLs, its kafka.* options `settings`, and its input."""
+    """A sink of `user` with docs/operations.md's ACLs, kafka.* options `settings`, its input."""
     name = uuid.uuid4().hex[:8]
     pipeline = Pipeline(
         bootstrap=settings.pop("bootstrap.servers"), jars="", workdir=tmp_path,

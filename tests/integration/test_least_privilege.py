@@ -1,5 +1,5 @@
 """Least privilege on a secured broker (SASL_SSL, StandardAuthorizer, no ACL means no access):
-the README's ACLs are enough for the sink's every step, and each one missing fails that step
+docs/operations.md's ACLs are enough for the sink's every step, and each one missing fails that step
 with an error naming the permission, the resource and the principal, publishing nothing and
 leaving nothing open; a wrong password says "authentication failed" and names the mechanism.
 
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.kafka
 
 PASSWORD = "lp-Secret-9"
 TIMEOUT_MS = 15_000
-# The README's ACLs for one sink, by permission: (resource type, name or prefix, operation).
+# docs/operations.md's ACLs for one sink, by permission: (resource type, name or prefix, operation).
 SINK_ACLS = {
     "ids": ("TRANSACTIONAL_ID", "{sink}-", "WRITE"),
     "topic write": ("TOPIC", "{topic}", "WRITE"),
@@ -100,7 +100,7 @@ class Sink:
 
 
 def new_sink(broker: SecuredKafkaBroker, *, without: str | None = None) -> Sink:
-    """A SCRAM user with the README's ACLs for a new sink and topic, less `without`."""
+    """A SCRAM user with docs/operations.md's ACLs for a new sink and topic, less `without`."""
     name = uuid.uuid4().hex[:8]
     sink = Sink(broker, broker.add_scram_user(f"lp-{name}", PASSWORD), f"lp_{name}", f"lp_{name}")
     broker.create_topic(sink.topic, partitions=1)
