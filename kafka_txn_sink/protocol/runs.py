@@ -53,8 +53,10 @@ class RunRef:
 # process forked it, and new in every driver (seen in PySpark 4.0 and 4.2, daemon or not).
 SPARK_DIRS_ENV = "SPARK_LOCAL_DIRS"
 _BLOCK_MANAGER_DIR = re.compile(r"blockmgr-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
-# Set by Spark for every Python worker it starts, and by nothing else.
-_SPARK_WORKER_ENV = ("SPARK_BUFFER_SIZE", "SPARK_AUTH_SOCKET_TIMEOUT")
+# Set by Spark's PythonWorkerFactory for every Python worker it starts (workers read them to
+# connect back), and by nothing else. Not SPARK_BUFFER_SIZE or SPARK_AUTH_SOCKET_TIMEOUT:
+# PySpark's SparkContext sets those in the driver's own Python process too.
+_SPARK_WORKER_ENV = ("PYTHON_WORKER_FACTORY_PORT", "PYTHON_WORKER_FACTORY_SECRET")
 # Outside Spark (tests, tools calling the driver steps in one process): this process, with a
 # token so that a later process given the same pid is another driver.
 _PROCESS_TOKEN = uuid.uuid4().hex[:12]

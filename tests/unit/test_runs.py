@@ -236,6 +236,8 @@ def test_a_driver_takes_over_from_a_run_that_released(
 # PySpark 4.0 and 4.2). Each step below is its own process with no `java` ancestor, as on macOS
 # (no /proc), in a sandbox, or with a daemon-forked worker.
 SPARK_WORKER_ENV = {
+    "PYTHON_WORKER_FACTORY_PORT": "40123",
+    "PYTHON_WORKER_FACTORY_SECRET": "not-a-secret",
     "SPARK_BUFFER_SIZE": "65536",
     "SPARK_AUTH_SOCKET_TIMEOUT": "15",
     "SPARK_LOCAL_DIRS": "/tmp/blockmgr-62913dff-6c07-41ad-b272-0c06f0e58361",
@@ -277,6 +279,13 @@ def test_a_spark_worker_without_the_drivers_directories_is_refused() -> None:
     with pytest.raises(ConfigError, match="SPARK_LOCAL_DIRS") as caught:
         runs.driver_identity(env)
     assert "/mnt/spark" in str(caught.value)
+
+
+def test_a_process_with_a_spark_context_is_not_taken_for_a_worker() -> None:
+    """PySpark's SparkContext sets these two in its own process (the user's driver, a test
+    session): steps called there are that process, not a worker missing its directories."""
+    context_env = {"SPARK_BUFFER_SIZE": "65536", "SPARK_AUTH_SOCKET_TIMEOUT": "15"}
+    assert runs.driver_identity(context_env) == runs.driver_identity({})
 
 
 def test_outside_spark_the_driver_is_this_process() -> None:
