@@ -116,9 +116,7 @@ def decided_files(commit_log: CommitLog) -> DecidedFiles:
     """The batches the log has decided and every file location their decisions list."""
     batches: set[int] = set()
     found: set[str] = set()
-    for batch in commit_log.decided_batches():
-        decision = commit_log.decision(batch)
-        if decision is not None:
-            batches.add(batch)
-            found.update(f.location for p in decision.participants for f in p.files)
+    for decision in commit_log.decisions():
+        batches.add(decision.batch_id)
+        found.update(f.location for p in decision.participants for f in p.files)
     return DecidedFiles(frozenset(batches), frozenset(found))

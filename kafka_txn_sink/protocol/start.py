@@ -127,12 +127,11 @@ def start_write(options: SinkOptions, write_id: str) -> BatchStart:
 def find_write(commit_log: CommitLog, query_id: str) -> Decision | None:
     """The decision of the batch write whose query id is `query_id`, or None.
 
-    Reads the log's decisions newest first: a re-run usually follows its write closely, and a
-    new write reads them all once.
+    Reads every decision of the log once (a batch may hold only abort records, so listing
+    cannot tell decided batches), then looks newest first.
     """
-    for batch_id in reversed(commit_log.decided_batches()):
-        decision = commit_log.decision(batch_id)
-        if decision is not None and decision.query_id == query_id:
+    for decision in reversed(commit_log.decisions()):
+        if decision.query_id == query_id:
             return decision
     return None
 
