@@ -22,7 +22,7 @@ tier() {  # tier NAME COMMAND...: runs it, records its time and result; a failur
 
 pytest_tier() {  # exit 5 (no test collected) is a failure too
   local rc=0
-  .venv/bin/pytest -n "${KTS_PYTEST_WORKERS:-2}" --dist worksteal --durations=30 "$@" || rc=$?
+  .venv/bin/pytest -n "${KTS_PYTEST_WORKERS:-2}" --dist loadgroup --durations=30 "$@" || rc=$?
   if [[ $rc -eq 5 ]]; then
     echo "test.sh: pytest collected no tests: that is a failure" >&2
   fi

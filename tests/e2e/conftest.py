@@ -23,6 +23,12 @@ SPARK_LINES = ["4.0", NEWEST]
 on_both_spark_lines = pytest.mark.parametrize("pipeline", SPARK_LINES, indirect=True)
 """Run a test that takes `pipeline` (directly or through another fixture) on each Spark line."""
 
+on_the_newest_line_in_full = pytest.mark.parametrize(
+    "pipeline", [SPARK_LINES[0], pytest.param(NEWEST, marks=pytest.mark.full)], indirect=True
+)
+"""Both lines too, but the newest in the full tier only (ci/test_full.sh): for the tests whose
+path on the newest line another CI test takes already (test_arrow_writer.py, the kill matrix)."""
+
 
 @dataclass(frozen=True)
 class SparkLine:

@@ -141,7 +141,13 @@ def committed_records(
 # -- files mode ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("payload", [True, False], ids=["payload", "spark_schema"])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(True, marks=pytest.mark.full, id="payload"),
+        pytest.param(False, id="spark_schema"),
+    ],
+)
 def test_files_mode_killed_mid_batch_then_restarted(
     arrow_pipeline: Pipeline, payload: bool
 ) -> None:
