@@ -1,6 +1,7 @@
 """The floor of a Python streaming sink in Spark: a data source that writes nothing.
 
-    .venv/bin/python benchmarks/noop_sink.py [--python .venv-spark42/bin/python]  # needs a broker
+    # needs a broker
+    .venv/bin/python benchmarks/noop_sink.py [--python .venv-spark-newest/bin/python]
 
 `format("noop_python")` consumes its rows and commits nothing (`noop_arrow`: the same with Arrow
 batches, PySpark 4.1+); beside Spark's built-in `format("noop")` on the same input, its per-batch
@@ -88,16 +89,15 @@ def main() -> int:
     options = parser.parse_args()
     bootstrap = os.environ["KTS_KAFKA_BOOTSTRAP"]
     python = str(Path(options.python).absolute())
-    env = t.testing.spark42_package_env() if python != sys.executable else {}
-    line = t.Line(
-        "4.2" if env else "4.0", python, ",".join(t.testing.spark_jars_of(python, env)), env
-    )
+    env = t.testing.spark_newest_package_env() if python != sys.executable else {}
+    label = t.testing.newest_spark_line() if env else "4.0"
+    line = t.Line(label, python, ",".join(t.testing.spark_jars_of(python, env)), env)
     topic, out = f"noop_in_{uuid.uuid4().hex[:8]}", f"noop_out_{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, 2, topic, out)
     produce_all(bootstrap, topic, make_data("100b", options.rows))
     bench = t.Bench(bootstrap, "", "", Path(tempfile.mkdtemp()), {}, "null")
     sinks: list[tuple[str, dict[str, str]]] = [("noop", {}), ("noop_python", {})]
-    if env:  # the 4.2 venv: its Arrow floor too
+    if env:  # the newest line: its Arrow floor too
         sinks.append(("noop_arrow", {}))
     sinks.append(("kafka", {"kafka.bootstrap.servers": bootstrap, "topic": out}))
     sinks.append(("kafka_txn", {**bench.txn_options(uuid.uuid4().hex[:8]), "topic": out}))

@@ -1,8 +1,8 @@
-"""kafka_txn beside Spark's own sinks, on Spark 4.2 and 4.0, in one run: the benchmark matrix.
+"""kafka_txn beside Spark's own sinks, on Spark 4.3 and 4.0 in one run: the benchmark matrix.
 
-    ci/setup_spark42.sh
-    .venv/bin/python benchmarks/throughput.py --spark42-python .venv-spark42/bin/python
-    .venv/bin/python benchmarks/throughput.py --spark42-python .venv-spark42/bin/python \
+    ci/setup_spark_newest.sh
+    .venv/bin/python benchmarks/throughput.py --newest-python .venv-spark-newest/bin/python
+    .venv/bin/python benchmarks/throughput.py --newest-python .venv-spark-newest/bin/python \
         --rows 20000 --rounds 1 --memory-rows 2000 --commit-tasks 8     # every cell once
 
 Every writer reads the same preloaded input with the Kafka source, in two shapes: `wide`, many
@@ -21,7 +21,7 @@ partitions in several batches (2 partitions, `--rows` in 4 batches); and two row
   files_s3_p  the same, partitioned                           log12
   payload     kafka_txn files, the JSON value as payload      log12
 
-All run on PySpark 4.2 (`--spark42-python`; kafka_txn takes Arrow batches) and, beside it, the
+All run on PySpark 4.3 (`--newest-python`; kafka_txn takes Arrow batches) and, beside it, the
 row path of this venv's PySpark 4.0 (LINE40_WRITERS). One Spark application per line runs every
 round in turn; the order of the writers rotates from round to round.
 A query's rate is its rows over its batches' `triggerExecution`, without its first batch when
@@ -93,7 +93,8 @@ WRITERS = {
     "payload": Writer("kafka_txn files, JSON payload", "kafka_txn", "payload", LOG12),
 }
 LINE40_WRITERS = ("kafka", "records", "floor", "avro", "avro_p", "files", "files_p")
-FLOORS = {"4.0": "noop_python", "4.2": "noop_arrow"}  # 4.0 gives Python sinks rows, 4.2 Arrow
+# 4.0 gives Python sinks rows, the newest line Arrow batches
+FLOORS = {"4.0": "noop_python", testing.newest_spark_line(): "noop_arrow"}
 
 
 @dataclass(frozen=True)
@@ -366,7 +367,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--writers", default=",".join(WRITERS), help="of " + ",".join(WRITERS))
-    parser.add_argument("--spark42-python", default="", help="e.g. .venv-spark42/bin/python")
+    parser.add_argument("--newest-python", default="", help="e.g. .venv-spark-newest/bin/python")
     parser.add_argument("--no-spark40", action="store_true", help="leave out the 4.0 row path")
     parser.add_argument("--memory-rows", type=int, default=25_000, help="0: skip memory")
     parser.add_argument("--commit-tasks", default="8,32,128", help="'': skip commit overhead")
@@ -378,17 +379,18 @@ def parse_args() -> argparse.Namespace:
 
 
 def spark_lines(options: argparse.Namespace) -> list[Line]:
-    """The Spark lines to measure: 4.2 first when given, then this venv's 4.0."""
+    """The Spark lines to measure: the newest first when given, then this venv's 4.0."""
     lines = []
-    if options.spark42_python:
-        python42 = str(Path(options.spark42_python).absolute())
-        env42 = testing.spark42_package_env()
-        lines.append(Line("4.2", python42, ",".join(testing.spark_jars_of(python42, env42)), env42))
+    if options.newest_python:
+        python = str(Path(options.newest_python).absolute())
+        env = testing.spark_newest_package_env()
+        jars = ",".join(testing.spark_jars_of(python, env))
+        lines.append(Line(testing.newest_spark_line(), python, jars, env))
     if not options.no_spark40:
         jars = ",".join(testing.spark_jars_of(sys.executable, {}))
         lines.append(Line("4.0", sys.executable, jars, {}))
     if not lines:
-        raise SystemExit("nothing to run: give --spark42-python or drop --no-spark40")
+        raise SystemExit("nothing to run: give --newest-python or drop --no-spark40")
     return lines
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up of a clone: .venv with the package, its dev tools and the pyspark pinned in
-# kafka_txn_sink/testing/versions.env; .venv-spark42 with PySpark 4.2 (ci/setup_spark42.sh);
+# kafka_txn_sink/testing/versions.env; .venv-spark-newest with PySpark 4.3 (ci/setup_spark_newest.sh);
 # then every jar of the test bed (Kafka broker, Spark packages) resolved from Maven Central into
 # the cache ($KTS_CACHE or ~/.cache/kafka_txn_sink).
 # Needs only python3, java and mvn on PATH.
@@ -33,7 +33,7 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   echo "$want" > "$stamp"
 fi
 
-ci/setup_spark42.sh
+ci/setup_spark_newest.sh
 
 echo "setup: resolving the test bed's jars"
 .venv/bin/python -m kafka_txn_sink.testing fetch

@@ -1,24 +1,50 @@
 #!/usr/bin/env bash
-# The whole check: set-up, lint, types, tests, the installed wheel. Arguments go to pytest.
+# The CI tier, what lands with every change: set-up, lint, types, the tests (two pytest workers)
+# but those marked `full`, the unit and Kafka tiers with the oldest Kafka clients the ranges
+# allow (the main venv has the newest), and the installed wheel. Tier timings are printed last.
+# With arguments, only pytest runs, with them (and every test they name, `full` or not):
+#   ci/test.sh tests/e2e/test_two_drivers.py -k frozen
+# ci/test_full.sh is the full tier: every test, the `full` ones included.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-ci/setup.sh
-
-echo "== ruff check"
-.venv/bin/ruff check
-echo "== mypy"
-.venv/bin/mypy
-echo "== pytest $*"
 status=0
-.venv/bin/pytest --durations=30 "$@" || status=$?
-if [[ $status -eq 5 ]]; then
-  echo "test.sh: pytest collected no tests: that is a failure" >&2
+timings=()
+tier() {  # tier NAME COMMAND...: runs it, records its time and result; a failure does not stop CI
+  local name=$1 started=$SECONDS rc=0
+  shift
+  echo "== $name"
+  "$@" || rc=$?
+  [[ $rc -eq 0 ]] || status=1
+  timings+=("$(printf '%-34s %6d s  %s' "$name" $((SECONDS - started)) \
+    "$([[ $rc -eq 0 ]] && echo ok || echo "FAILED (exit $rc)")")")
+}
+
+pytest_tier() {  # exit 5 (no test collected) is a failure too
+  local rc=0
+  .venv/bin/pytest -n "${KTS_PYTEST_WORKERS:-2}" --dist loadgroup --durations=30 "$@" || rc=$?
+  if [[ $rc -eq 5 ]]; then
+    echo "test.sh: pytest collected no tests: that is a failure" >&2
+  fi
+  return "$rc"
+}
+
+started=$SECONDS
+tier "setup (ci/setup.sh)" ci/setup.sh
+if [[ $status -ne 0 ]]; then
   exit 1
 fi
-# The whole check also tries the wheel as a user installs it; a run of chosen tests does not.
-if [[ $# -eq 0 ]]; then
-  echo "== ci/check_wheel.sh"
-  ci/check_wheel.sh || status=$?
+tier "ruff check" .venv/bin/ruff check
+tier "mypy" .venv/bin/mypy
+if [[ $# -gt 0 ]]; then
+  tier "pytest $*" pytest_tier "$@"
+else
+  tier "pytest (CI tier: not full)" pytest_tier -m "not full"
+  tier "oldest Kafka clients (unit, kafka)" ci/test_clients.sh oldest
+  tier "ci/check_wheel.sh" ci/check_wheel.sh
 fi
+
+echo "== tier timings"
+printf '%s\n' "${timings[@]}"
+printf '%-34s %6d s  %s\n' "all" $((SECONDS - started)) "$([[ $status -eq 0 ]] && echo ok || echo FAILED)"
 exit "$status"

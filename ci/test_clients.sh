@@ -6,8 +6,9 @@
 # newest pip finds within the ranges); every other package comes from the CI venv (.venv, or
 # KTS_BASE_VENV) through a .pth file, after the venv's own site-packages, so the clients chosen
 # here win. The Kafka tier is tests/integration -m "kafka and not spark and not s3" (the
-# producer, the EndTxn client, fate probing, the CLI against the broker). Not part of
-# ci/test.sh (its time, docs/compatibility.md); results go in docs/compatibility.md.
+# producer, the EndTxn client, fate probing, the CLI against the broker). ci/test.sh runs the
+# oldest end (its main venv has the newest clients, so the whole CI tier runs on that end);
+# ci/test_full.sh runs both. Results go in docs/compatibility.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 end=${1:?usage: ci/test_clients.sh oldest|newest}
@@ -46,7 +47,8 @@ run() {
   local name=$1 tier_started=$SECONDS  # a tier's failure does not stop the next
   shift
   echo "== $name tier"
-  PYTHONPATH=$PWD timeout 3600 "$venv/bin/python" -m pytest -q -rfE -p no:cacheprovider "$@" \
+  PYTHONPATH=$PWD timeout 3600 "$venv/bin/python" -m pytest -q -rfE -p no:cacheprovider \
+    -n "${KTS_PYTEST_WORKERS:-2}" "$@" \
     > "$venv/$name.log" 2>&1 || status=1
   grep -E '^(FAILED|ERROR) |^[0-9]+ (passed|failed)' "$venv/$name.log" || tail -20 "$venv/$name.log"
   echo "   $name: $((SECONDS - tier_started)) s"

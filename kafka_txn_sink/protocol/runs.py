@@ -50,7 +50,7 @@ class RunRef:
 # PythonPlannerRunner: the planner's `streamWriter()`/`writer()`, the commit worker): the
 # driver's block manager directories, each named `blockmgr-<random UUID>` when the driver's
 # SparkContext starts. So the value is the same in every such worker of one driver, whatever
-# process forked it, and new in every driver (seen in PySpark 4.0 and 4.2, daemon or not).
+# process forked it, and new in every driver (seen in PySpark 4.0, 4.2 and 4.3, daemon or not).
 SPARK_DIRS_ENV = "SPARK_LOCAL_DIRS"
 _BLOCK_MANAGER_DIR = re.compile(r"blockmgr-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 # Set by Spark's PythonWorkerFactory for every Python worker it starts (workers read them to
@@ -84,9 +84,9 @@ def driver_identity(environ: Mapping[str, str] | None = None) -> str:
         raise ConfigError(
             f"kafka_txn cannot tell which Spark driver runs this step: the Python worker's "
             f"{SPARK_DIRS_ENV} is {dirs!r}, not the driver's block manager directory "
-            f"(blockmgr-<uuid>) that Spark 4.0-4.2 give every driver-side Python worker. The "
+            f"(blockmgr-<uuid>) that Spark 4.0-4.3 give every driver-side Python worker. The "
             f"sink needs it to tell its own runs from another driver's (protocol/runs.py): "
-            f"use a Spark whose driver passes it (Apache Spark 4.0 to 4.2 do), or report your "
+            f"use a Spark whose driver passes it (Apache Spark 4.0 to 4.3 do), or report your "
             f"Spark distribution to the project"
         )
     return f"{host}:{os.getpid()}-{_PROCESS_TOKEN}"

@@ -175,11 +175,15 @@ def pyspark_version() -> str | None:
 
 
 def _check_pyspark_version() -> None:
-    """Warn when pyspark's minor version is not the Kafka connector's: the Kafka source of another
-    minor fails in streaming queries (Spark's internal checkpoint classes change)."""
+    """Warn when pyspark's minor version is not the Kafka connector's, unless versions.env pins
+    that pair: the Kafka source of another minor may fail in streaming queries (Spark's internal
+    checkpoint classes change)."""
     installed = pyspark_version()
     connector = spark_package_versions()["spark.kafka.version"]
-    if installed and installed.split(".")[:2] != connector.split(".")[:2]:
+    tested = (pinned("SPARK_NEWEST_VERSION"), pinned("SPARK_NEWEST_CONNECTOR_VERSION"))
+    if not installed or installed.split(".")[:2] == connector.split(".")[:2]:
+        return
+    if (installed, connector) != tested:
         warnings.warn(f"pyspark {installed} is installed but the Kafka connector resolved is "
                       f"{connector} (versions.env, KTS_SPARK_KAFKA_VERSION)", stacklevel=3)
 
@@ -196,14 +200,19 @@ def spark_jars() -> list[Path]:
     return [jar for jar in jars if jar_artifact(jar.name) not in shipped]
 
 
-def spark42_package_env() -> dict[str, str]:
-    """The environment in which ``spark_jars()`` resolves the packages of the second Spark line
-    (SPARK42_VERSION of versions.env; spark-avro at SPARK42_AVRO_VERSION)."""
-    version = pinned("SPARK42_VERSION")
+def newest_spark_line() -> str:
+    """The newest tested Spark line's major.minor (SPARK_NEWEST_VERSION of versions.env)."""
+    return ".".join(pinned("SPARK_NEWEST_VERSION").split(".")[:2])
+
+
+def spark_newest_package_env() -> dict[str, str]:
+    """The environment in which ``spark_jars()`` resolves the packages of the newest Spark line
+    (SPARK_NEWEST_VERSION of versions.env): every package at SPARK_NEWEST_CONNECTOR_VERSION."""
+    version = pinned("SPARK_NEWEST_CONNECTOR_VERSION")
     return {
         "KTS_SPARK_KAFKA_VERSION": version,
         "KTS_SPARK_TOKEN_PROVIDER_VERSION": version,
-        "KTS_SPARK_AVRO_VERSION": pinned("SPARK42_AVRO_VERSION"),
+        "KTS_SPARK_AVRO_VERSION": version,
     }
 
 

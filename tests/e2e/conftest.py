@@ -1,6 +1,6 @@
 """Fixtures of the end-to-end tests: a `Pipeline` per test, on the first Spark line (this
-interpreter's PySpark 4.0) or, where a test asks with `on_both_spark_lines`, also on the second
-(PySpark 4.2 of `.venv-spark42`, made by ci/setup_spark42.sh; there the sink takes Arrow
+interpreter's PySpark 4.0) or, where a test asks with `on_both_spark_lines`, also on the newest
+(PySpark 4.3 of `.venv-spark-newest`, made by ci/setup_spark_newest.sh; there the sink takes Arrow
 batches)."""
 
 from __future__ import annotations
@@ -17,10 +17,17 @@ from kafka_txn_sink import testing
 from kafka_txn_sink.testing.kafka_cluster import KafkaCluster
 from tests.e2e.harness import ROOT, Pipeline, create_topics
 
-SPARK_LINES = ["4.0", "4.2"]
+NEWEST = testing.newest_spark_line()
+SPARK_LINES = ["4.0", NEWEST]
 
 on_both_spark_lines = pytest.mark.parametrize("pipeline", SPARK_LINES, indirect=True)
 """Run a test that takes `pipeline` (directly or through another fixture) on each Spark line."""
+
+on_the_newest_line_in_full = pytest.mark.parametrize(
+    "pipeline", [SPARK_LINES[0], pytest.param(NEWEST, marks=pytest.mark.full)], indirect=True
+)
+"""Both lines too, but the newest in the full tier only (ci/test_full.sh): for the tests whose
+path on the newest line another CI test takes already (test_arrow_writer.py, the kill matrix)."""
 
 
 @dataclass(frozen=True)
@@ -32,12 +39,14 @@ class SparkLine:
 
 
 @pytest.fixture(scope="session")
-def spark42() -> SparkLine:
-    """The second Spark line: `.venv-spark42` (or `$KTS_SPARK42_PYTHON`) and its connector jars."""
-    python = Path(os.environ.get("KTS_SPARK42_PYTHON", str(ROOT / ".venv-spark42/bin/python")))
+def spark_newest() -> SparkLine:
+    """The newest Spark line: `.venv-spark-newest` (or `$KTS_SPARK_NEWEST_PYTHON`), its jars."""
+    default = ROOT / ".venv-spark-newest/bin/python"
+    python = Path(os.environ.get("KTS_SPARK_NEWEST_PYTHON", str(default)))
     if not python.exists():
-        pytest.fail(f"no PySpark 4.2 at {python}: run ci/setup_spark42.sh (ci/setup.sh does)")
-    jars = testing.spark_jars_of(str(python), testing.spark42_package_env())
+        pytest.fail(f"no PySpark {NEWEST} at {python}: run ci/setup_spark_newest.sh (ci/setup.sh "
+                    "does)")
+    jars = testing.spark_jars_of(str(python), testing.spark_newest_package_env())
     return SparkLine(str(python), ",".join(jars))
 
 
@@ -54,9 +63,9 @@ def pipeline(
         input=f"in_{name}",
         output=f"out_{name}",
     )
-    if getattr(request, "param", SPARK_LINES[0]) == "4.2":
-        line: SparkLine = request.getfixturevalue("spark42")
-        built.python, built.jars, built.spark_line = line.python, line.jars, "4.2"
+    if getattr(request, "param", SPARK_LINES[0]) == NEWEST:
+        line: SparkLine = request.getfixturevalue("spark_newest")
+        built.python, built.jars, built.spark_line = line.python, line.jars, NEWEST
     log_format = os.environ.get("KTS_COMMIT_LOG_FORMAT")
     if log_format:
         built.options["commitLogFormat"] = log_format

@@ -3,9 +3,10 @@ row writer: a record the topic refuses, per-row topics, partitions and headers, 
 killed mid-batch. (The happy path, a retried task and the driver kill points run on the Arrow
 path too: test_records_exactly_once.py and test_files_mode.py run them on both Spark lines.)
 
-The queries run on PySpark 4.2 from `.venv-spark42` (ci/setup_spark42.sh, which ci/setup.sh
-runs); this test process stays on the test bed's 4.0. Their source is a directory of JSON-lines
-files, one per batch, which sets the rows of each batch exactly. Every test checks that the query
+The queries run on the newest Spark line (PySpark 4.3 of `.venv-spark-newest`, made by
+ci/setup_spark_newest.sh, which ci/setup.sh runs); this test process stays on the test bed's 4.0.
+Their source is a directory of JSON-lines files, one per batch, which sets the rows of each batch
+exactly. Every test checks that the query
 really took the Arrow path.
 """
 
@@ -18,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from kafka_txn_sink.testing.topics import compare_ids, read_topic
-from tests.e2e.conftest import SparkLine
+from tests.e2e.conftest import NEWEST, SparkLine
 from tests.e2e.harness import (
     Outcome,
     Pipeline,
@@ -37,8 +38,8 @@ ARROW_WRITER = "KafkaTxnStreamArrowWriter"
 
 
 @pytest.fixture
-def arrow_pipeline(pipeline: Pipeline, spark42: SparkLine) -> Pipeline:
-    pipeline.python, pipeline.spark_line = spark42.python, "4.2"
+def arrow_pipeline(pipeline: Pipeline, spark_newest: SparkLine) -> Pipeline:
+    pipeline.python, pipeline.spark_line = spark_newest.python, NEWEST
     pipeline.input_dir = pipeline.workdir / "input"
     pipeline.jars = ""  # a file source and a Python sink need no connector jars
     return pipeline
@@ -46,7 +47,7 @@ def arrow_pipeline(pipeline: Pipeline, spark42: SparkLine) -> Pipeline:
 
 def assert_took_arrow(outcome: Outcome) -> None:
     assert outcome.returncode == 0, outcome.error
-    assert str(outcome.result["spark"]).startswith("4.2"), outcome.result
+    assert str(outcome.result["spark"]).startswith(NEWEST), outcome.result
     assert outcome.result["writer"] == ARROW_WRITER, outcome.result
 
 
@@ -140,7 +141,13 @@ def committed_records(
 # -- files mode ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("payload", [True, False], ids=["payload", "spark_schema"])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(True, marks=pytest.mark.full, id="payload"),
+        pytest.param(False, id="spark_schema"),
+    ],
+)
 def test_files_mode_killed_mid_batch_then_restarted(
     arrow_pipeline: Pipeline, payload: bool
 ) -> None:

@@ -34,7 +34,8 @@ from tests.e2e.harness import (
     produce_ids,
 )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+# One worker takes the module (ci/test.sh: --dist loadgroup), so one three-node cluster serves it.
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.xdist_group("kafka_cluster")]
 
 N = 1000  # batches of 400, 400 and 200 rows (the harness's maxOffsetsPerTrigger)
 HELD_BATCH = 1
@@ -78,7 +79,10 @@ def cluster_pipeline(
     return pipeline
 
 
-@pytest.mark.parametrize("kill", KILLS, ids=str)
+@pytest.mark.parametrize(
+    "kill", [pytest.param(k, marks=(pytest.mark.full,) if k is KILLS[2] else ()) for k in KILLS],
+    ids=str,
+)
 def test_a_batch_survives_the_death_of_its_coordinator(
     kill: Kill,
     kafka_cluster: KafkaCluster,

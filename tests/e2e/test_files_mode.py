@@ -23,7 +23,7 @@ from kafka_txn_sink.files.references import parse_reference
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.testing import stop_spark
 from kafka_txn_sink.testing.topics import compare_ids, read_topic
-from tests.e2e.conftest import on_both_spark_lines
+from tests.e2e.conftest import on_both_spark_lines, on_the_newest_line_in_full
 from tests.e2e.harness import (
     Pipeline,
     create_topics,
@@ -137,7 +137,7 @@ def assert_files_exactly_once(pipeline: Pipeline, ids: list[str]) -> Counter[str
 # -- exactly once --------------------------------------------------------------------------------
 
 
-@on_both_spark_lines
+@on_the_newest_line_in_full
 def test_files_partitioned_and_referenced_exactly_once(files_pipeline: Pipeline) -> None:
     ids = produce_events(files_pipeline.bootstrap, files_pipeline.input, 900, users=4)
 
@@ -153,7 +153,7 @@ def test_files_partitioned_and_referenced_exactly_once(files_pipeline: Pipeline)
     assert decided is not None and all(p.files for p in decided.participants)
 
 
-@on_both_spark_lines
+@on_the_newest_line_in_full
 def test_files_mode_killed_after_the_decision(files_pipeline: Pipeline) -> None:
     ids = produce_events(files_pipeline.bootstrap, files_pipeline.input, 900, users=4)
 

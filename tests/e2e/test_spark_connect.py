@@ -1,6 +1,6 @@
 """Records mode over Spark Connect, the shape of Databricks serverless and standard access mode:
-a Connect client (PySpark 4.2 in remote mode) sends the query to a Connect server started from
-PySpark 4.2's own jars, whose Python workers have the package. A client that calls
+a Connect client (PySpark 4.3 in remote mode) sends the query to a Connect server started from
+PySpark 4.3's own jars, whose Python workers have the package. A client that calls
 `register(spark)` starts the query; the server is SIGKILLed (its whole process tree) after
 batch 1's decision and restarted; a client that finds the sink by its short name, without
 importing the package, restarts the query from the same checkpoint: every input id is seen once
@@ -14,6 +14,7 @@ import pytest
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.testing.spark_connect import SparkConnectServer
+from tests.e2e.conftest import NEWEST
 from tests.e2e.harness import (
     Pipeline,
     assert_exactly_once,
@@ -40,7 +41,7 @@ def connect_server(pipeline: Pipeline) -> Iterator[SparkConnectServer]:
         yield server
 
 
-@pytest.mark.parametrize("pipeline", ["4.2"], indirect=True)
+@pytest.mark.parametrize("pipeline", [NEWEST], indirect=True)
 def test_register_then_short_name_across_a_server_killed_after_its_decision(
     pipeline: Pipeline, connect_server: SparkConnectServer
 ) -> None:

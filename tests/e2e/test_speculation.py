@@ -14,7 +14,7 @@ import pytest
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.txn_ids import owns
 from kafka_txn_sink.testing.topics import read_topic
-from tests.e2e.conftest import on_both_spark_lines
+from tests.e2e.conftest import on_the_newest_line_in_full
 from tests.e2e.harness import Outcome, Pipeline, produce_ids
 from tests.e2e.test_batch_writes import run_write
 
@@ -38,7 +38,7 @@ def assert_refused_before_kafka(pipeline: Pipeline, outcome: Outcome) -> None:
     assert sink_ids(pipeline.bootstrap, pipeline.sink_id) == []
 
 
-@on_both_spark_lines
+@on_the_newest_line_in_full
 def test_a_streaming_query_found_by_its_short_name_refuses_speculation(
     pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:

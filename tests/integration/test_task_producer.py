@@ -14,7 +14,7 @@ from tests.e2e.harness import create_topics
 
 pytestmark = pytest.mark.kafka
 
-CYCLES = 150
+CYCLES = 40  # a thread or a socket leaked per task shows well above the slack of 2 and 4
 
 
 def native_threads() -> int:
@@ -56,7 +56,7 @@ def test_reported_triple_is_the_coordinators(kafka_bootstrap: str) -> None:
     assert state.triple == prepared.triple
 
 
-def test_hundreds_of_prepared_transactions_leak_nothing(kafka_bootstrap: str) -> None:
+def test_dozens_of_prepared_transactions_leak_nothing(kafka_bootstrap: str) -> None:
     topic = f"prod_{uuid.uuid4().hex[:8]}"
     create_topics(kafka_bootstrap, 1, topic)
     txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"

@@ -233,7 +233,7 @@ def test_a_driver_takes_over_from_a_run_that_released(
 # What Spark's driver gives each Python worker it starts for a driver step (PythonPlannerRunner:
 # the planner's `streamWriter()`, the commit worker's `commit()`/`abort()`): its block manager
 # directories, the same in every worker of one driver, a new UUID in each driver (seen in
-# PySpark 4.0 and 4.2). Each step below is its own process with no `java` ancestor, as on macOS
+# PySpark 4.0, 4.2 and 4.3). Each step below is its own process with no `java` ancestor, as on macOS
 # (no /proc), in a sandbox, or with a daemon-forked worker.
 SPARK_WORKER_ENV = {
     "PYTHON_WORKER_FACTORY_PORT": "40123",
