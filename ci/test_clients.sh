@@ -8,7 +8,8 @@
 # here win. The Kafka tier is tests/integration -m "kafka and not spark and not s3" (the
 # producer, the EndTxn client, fate probing, the CLI against the broker). ci/test.sh runs the
 # oldest end (its main venv has the newest clients, so the whole CI tier runs on that end);
-# ci/test_full.sh runs both. Results go in docs/compatibility.md.
+# ci/test_full.sh does the same. `newest` checks that end apart from .venv. Results go in
+# docs/compatibility.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 end=${1:?usage: ci/test_clients.sh oldest|newest}
