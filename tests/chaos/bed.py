@@ -110,11 +110,7 @@ def own_bed(directory: Path, nodes: int = 1) -> Iterator[Bed]:
         broker = ExternalKafkaBroker(external_kafka)
     else:
         broker = KafkaBroker(directory / "kafka")
-    s3: S3 = (
-        ExternalS3Server(external_s3)
-        if external_s3
-        else S3Server(directory / "s3server")
-    )
+    s3: S3 = ExternalS3Server(external_s3) if external_s3 else S3Server(directory / "s3server")
     try:
         if isinstance(s3, S3Server):
             s3.start()

@@ -16,6 +16,7 @@ from tests.chaos.inflight import strike_inflight, through_proxy
 from tests.chaos.late import late_attempt
 from tests.chaos.oracle import commit_log_of
 from tests.chaos.query import REACH_S, FaultNotFired, QuerySpec, Running, finish
+from tests.chaos.retention import strike_gone, strike_vacuum
 from tests.chaos.schedule import HELD_FOR_TIMEOUT, Fault, beyond_the_bound
 from tests.chaos.state import Context
 from tests.e2e.harness import describe, open_transactions
@@ -243,6 +244,8 @@ STRIKES: dict[str, Callable[[Context, Running, Fault, int], dict[str, Any]]] = {
     "late": strike_late,
     "coordinator": strike_coordinator,
     "inflight": strike_inflight,
+    "gone": strike_gone,
+    "vacuum": strike_vacuum,
 }
 
 

@@ -21,8 +21,9 @@ import fastavro
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
 from kafka_txn_sink.files.references import parse_reference
 from kafka_txn_sink.storage import S3Settings
-from kafka_txn_sink.testing.topics import IdReport, compare_ids, read_topic
+from kafka_txn_sink.testing.topics import IdReport, Seen, compare_ids, read_topic
 from tests.chaos.bed import Bed, Sink
+from tests.chaos.removed import removed_records
 from tests.e2e.harness import open_transactions
 
 
@@ -46,6 +47,8 @@ class OracleReport:
     # inflight trials whose batch's outcome key took another record than the one delivered
     # first (from the trials)
     inflight_not_as_delivered: list[str] = field(default_factory=list)
+    # gone trials not settled as committed, vacuum trials that deleted files in flight
+    retention_faults_failed: list[str] = field(default_factory=list)
     decided_batches: int = 0
     orphan_files: int = 0  # uploaded by failed attempts, in no decision: expected, not anomalies
 
@@ -66,6 +69,7 @@ class OracleReport:
             "transactions left open": self.open_transactions,
             "late attempts not skipped": self.late_attempts_not_skipped,
             "in-doubt decisions not settled as delivered": self.inflight_not_as_delivered,
+            "retention faults not settled as expected": self.retention_faults_failed,
         }
 
     @property
@@ -95,8 +99,9 @@ def oracle(bed: Bed, sink: Sink, beyond_bound: Collection[int] = ()) -> OracleRe
     commit_log = commit_log_of(bed, sink)
     decided = decisions(commit_log)
     losses = reported_losses(commit_log, decided)
-    seen = read_topic(bed.bootstrap, sink.output, timeout_s=120)
-    refs = [parse_reference(r.value or b"") for r in read_topic(bed.bootstrap, sink.references)]
+    seen = with_removed(sink, sink.output, read_topic(bed.bootstrap, sink.output, timeout_s=120))
+    references = with_removed(sink, sink.references, read_topic(bed.bootstrap, sink.references))
+    refs = [parse_reference(r.value or b"") for r in references]
     named = Counter(ref.location for ref in refs)
     contents = read_files(bed, sorted(named))
     file_ids = [i for location, n in named.items() for i in contents.get(location, []) * n]
@@ -162,11 +167,22 @@ def written_by(bed: Bed, sink: Sink, lost: Sequence[Any]) -> set[str]:
     if not spans:
         return set()
     records = read_topic(bed.bootstrap, sink.output, "read_uncommitted", timeout_s=120)
+    records = with_removed(sink, sink.output, records, committed_only=False)
     return {
         key_of(r.key)
         for r in records
         if any(r.partition == p and first <= r.offset <= last for p, first, last in spans)
     }
+
+
+def with_removed(
+    sink: Sink, topic: str, records: Sequence[Seen], committed_only: bool = True
+) -> list[Seen]:
+    """`records` and the records of `topic` a `gone` trial deleted (retention.py), each once:
+    read before the deletion, in case the suite stopped between its read and the deletion."""
+    by_place = {(r.partition, r.offset): r for r in removed_records(sink, topic, committed_only)}
+    by_place.update({(r.partition, r.offset): r for r in records})
+    return [by_place[place] for place in sorted(by_place)]
 
 
 def key_of(key: bytes | None) -> str:

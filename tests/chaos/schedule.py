@@ -32,11 +32,17 @@ when the query reaches it, the fault strikes:
   first, in its own time; JSON log only, a Delta commit does not tell the two apart),
   `decision-first` (abort()'s PUTs are held too; the decision's are delivered first) or
   `abort-first` (both held; abort()'s delivered first). The next start settles the batch.
+- `gone`: held after the first EndTxn(commit), the batch is committed behind the driver's back,
+  one participant's id is initialised again and its first records deleted; the restarted
+  query's probe must find the commit from the records left (retention.py).
+- `vacuum`: `kafka-txn-sink vacuum --execute`, its clock two days ahead, runs while the batch
+  is in flight; none of the batch's files may go (retention.py).
 
 The issue-14 kinds (`driver2`, `freeze`, `late`, `coordinator`) are drawn from a second random
 stream seeded from the same seed, and `inflight` from a third: they replace the trial they land
 on, and every other trial keeps the fault the seed gave it before (the deck of kill points
-skips the points of replaced kills). `filtered_schedule` draws only the kinds asked for.
+skips the points of replaced kills); `gone` and `vacuum` come from a fourth stream, likewise.
+`filtered_schedule` draws only the kinds asked for.
 """
 
 from __future__ import annotations
@@ -48,7 +54,10 @@ from typing import Any
 
 from kafka_txn_sink.failpoints import ALL_POINTS, DRIVER_POINTS, REPUBLISH_POINTS, TASK_POINTS
 
-KINDS = ("kill", "worker", "s3", "broker", "driver2", "freeze", "late", "coordinator", "inflight")
+KINDS = (
+    "kill", "worker", "s3", "broker", "driver2", "freeze", "late", "coordinator", "inflight",
+    "gone", "vacuum",
+)  # fmt: skip
 # Where the S3 server is frozen: during a task's uploads, the decision, the completion marker.
 S3_POINTS = ("task.after_produce", "driver.before_decision", "driver.after_decision")
 # Where the query is held while the broker restarts: prepared, decided, half committed.
@@ -81,6 +90,11 @@ INFLIGHT_ORDERS = {
     "json": ("decision-late", "decision-first", "abort-first"),
     "delta": ("decision-first", "abort-first"),
 }
+# gone, vacuum (issue 24): a share of the trials each; where they strike.
+RETENTION_SHARE = 0.04
+GONE_POINT = "driver.after_first_endtxn"
+# A task has uploaded its files; every task has, before the check; before the decision.
+VACUUM_POINTS = ("task.after_flush", "driver.before_prepare_check", "driver.before_decision")
 NEW_IDS = (60, 160)  # ids produced before each trial, bounds included
 PAUSE_S = (2.0, 9.0)
 
@@ -117,13 +131,15 @@ def build_schedule(
     coordinator: bool = False,
     concurrent: bool = True,
     in_doubt: bool = True,
+    retention: bool = True,
     log: str = "json",
 ) -> list[Fault]:
     """The faults of `trials` trials; the same for the same arguments, whatever the slices.
 
     `coordinator`: the bed has three Kafka nodes (one coordinator kill per run);
     `concurrent`: draw the second-driver, freeze and late-attempt kinds too;
-    `in_doubt`: draw `inflight` too, with the orders the commit log `log` can tell apart."""
+    `in_doubt`: draw `inflight` too, with the orders the commit log `log` can tell apart;
+    `retention`: draw `gone` and `vacuum` too."""
     rng = random.Random(seed)
     broker_at = rng.randrange(trials) if broker and trials else -1
     weights = {k: w for k, w in WEIGHTS.items() if s3 or k != "s3"}
@@ -133,7 +149,8 @@ def build_schedule(
         kind = "broker" if index == broker_at else _draw(rng, weights)
         faults.append(make_fault(rng, kind, deck))
     faults = _with_concurrent_kinds(seed, faults, broker_at, coordinator, concurrent)
-    return _with_in_doubt_kinds(seed, faults, log) if in_doubt else faults
+    faults = _with_in_doubt_kinds(seed, faults, log) if in_doubt else faults
+    return _with_retention_kinds(seed, faults) if retention else faults
 
 
 def _with_concurrent_kinds(
@@ -165,6 +182,19 @@ def _with_in_doubt_kinds(seed: int, faults: list[Fault], log: str) -> list[Fault
         drawn = rng.random() < IN_DOUBT_SHARE  # drawn for every trial: later trials stay put
         if drawn and fault.kind in WEIGHTS:
             replaced[index] = make_fault(faults_rng, "inflight", orders, log)
+    return replaced
+
+
+def _with_retention_kinds(seed: int, faults: list[Fault]) -> list[Fault]:
+    """`faults` with some kill, worker and S3 trials replaced by `gone` or `vacuum`, from a
+    stream of their own (so the other trials keep the faults older versions drew)."""
+    rng, faults_rng = random.Random(f"{seed}/retention"), random.Random(f"{seed}/retention/f")
+    replaced = list(faults)
+    for index, fault in enumerate(faults):
+        drawn = rng.random()  # drawn for every trial: later trials stay put
+        if drawn < 2 * RETENTION_SHARE and fault.kind in WEIGHTS:
+            kind = "gone" if drawn < RETENTION_SHARE else "vacuum"
+            replaced[index] = make_fault(faults_rng, kind, [])
     return replaced
 
 
@@ -222,6 +252,10 @@ def make_fault(rng: random.Random, kind: str, deck: list[str], log: str = "json"
         if not deck:
             deck.extend(rng.sample(INFLIGHT_ORDERS[log], len(INFLIGHT_ORDERS[log])))
         return Fault(kind, INFLIGHT_POINT, new_ids, order=deck.pop())
+    if kind == "gone":
+        return Fault(kind, GONE_POINT, new_ids)
+    if kind == "vacuum":
+        return Fault(kind, rng.choice(VACUUM_POINTS), new_ids)
     raise ValueError(f"unknown fault kind {kind!r}")
 
 

@@ -42,6 +42,7 @@ from tests.chaos.inflight import inflight_anomalies
 from tests.chaos.oracle import OracleReport, oracle, verify_command
 from tests.chaos.query import FaultNotFired, finish
 from tests.chaos.report import print_report
+from tests.chaos.retention import retention_anomalies
 from tests.chaos.schedule import KINDS, Fault, build_schedule, failpoint_spec, filtered_schedule
 from tests.chaos.state import Context, State
 from tests.e2e.harness import produce_events
@@ -106,6 +107,7 @@ def run_suite(
         report = oracle(bed, sink, held_batches(state.results))
         report.late_attempts_not_skipped = late_anomalies(state.results)
         report.inflight_not_as_delivered = inflight_anomalies(state.results)
+        report.retention_faults_failed = retention_anomalies(state.results)
         verified = verify_command(bed, sink)
         state.body["checks"].append(
             {"at": time.time(), "drain": drained, **report.counts(), "verify": verified}

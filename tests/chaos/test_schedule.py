@@ -6,7 +6,9 @@ from collections import Counter
 
 from tests.chaos.schedule import (
     FREEZE_BACKSTOP,
+    GONE_POINT,
     INFLIGHT_ORDERS,
+    VACUUM_POINTS,
     WEIGHTS,
     Fault,
     build_schedule,
@@ -18,8 +20,8 @@ SEED, TRIALS = 7, 200
 
 
 def test_the_concurrent_kinds_replace_some_trials_and_leave_the_others_alone() -> None:
-    before = build_schedule(SEED, TRIALS, concurrent=False, in_doubt=False)
-    after = build_schedule(SEED, TRIALS, in_doubt=False)
+    before = build_schedule(SEED, TRIALS, concurrent=False, in_doubt=False, retention=False)
+    after = build_schedule(SEED, TRIALS, in_doubt=False, retention=False)
 
     changed = [(old, new) for old, new in zip(before, after, strict=True) if old != new]
 
@@ -53,14 +55,26 @@ def test_a_freeze_is_also_held_at_the_end_of_its_batch() -> None:
 
 def test_inflight_replaces_some_kill_worker_and_s3_trials_and_leaves_the_others_alone() -> None:
     for log in ("json", "delta"):
-        before = build_schedule(SEED, TRIALS, in_doubt=False, log=log)
-        after = build_schedule(SEED, TRIALS, log=log)
+        before = build_schedule(SEED, TRIALS, in_doubt=False, retention=False, log=log)
+        after = build_schedule(SEED, TRIALS, retention=False, log=log)
 
         changed = [(old, new) for old, new in zip(before, after, strict=True) if old != new]
 
         assert {new.kind for _, new in changed} == {"inflight"}
         assert all(old.kind in WEIGHTS for old, _ in changed)
         assert {new.order for _, new in changed} == set(INFLIGHT_ORDERS[log])
+
+
+def test_gone_and_vacuum_replace_some_kill_worker_and_s3_trials_only() -> None:
+    before = build_schedule(SEED, TRIALS, retention=False)
+    after = build_schedule(SEED, TRIALS)
+
+    changed = [(old, new) for old, new in zip(before, after, strict=True) if old != new]
+
+    assert {new.kind for _, new in changed} == {"gone", "vacuum"}
+    assert all(old.kind in WEIGHTS for old, _ in changed)
+    assert {f.point for _, f in changed if f.kind == "gone"} == {GONE_POINT}
+    assert {f.point for _, f in changed if f.kind == "vacuum"} <= set(VACUUM_POINTS)
 
 
 def test_kinds_filter_draws_only_the_kinds_asked_for() -> None:
