@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from model.txn_model.config import Config, Variant
+from model.txn_model.config import TXN_IDS, Config, Variant
 from model.txn_model.explore import Result, StateCapExceeded, explore
 
 
@@ -66,6 +66,13 @@ def parse(argv: list[str]) -> Config:
         action="store_true",
         help="require that some run finishes unless a driver crashed or a transaction timed out",
     )
+    parser.add_argument(
+        "--txn-ids",
+        choices=TXN_IDS,
+        default="pool",
+        help="owned/keyed: ids per slot and partition (pool), per attempt number too "
+        "(attempt), or per batch and attempt (unique)",
+    )
     parser.add_argument("--max-states", type=int, default=2_000_000)
     args = parser.parse_args(argv)
     if args.slots < 2:
@@ -87,6 +94,7 @@ def parse(argv: list[str]) -> Config:
         late_writes=args.late_writes,
         outcome_register=args.outcome_register,
         progress=args.progress,
+        txn_ids=args.txn_ids,
         max_states=args.max_states,
     )
 

@@ -72,10 +72,21 @@ class Entry(NamedTuple):
 Log = tuple[Entry, ...]
 
 
-def txn_id(variant: Variant, slot: int, partition: int) -> str:
-    """The transactional id a task of `partition` uses (sink id `s`)."""
+def txn_id(
+    variant: Variant,
+    slot: int,
+    partition: int,
+    scheme: str = "pool",
+    batch: int = 0,
+    attempt: int = 0,
+) -> str:
+    """The transactional id a task of `partition` uses (sink id `s`), by `Config.txn_ids`."""
     if variant is Variant.CURRENT:
         return f"s-{partition}"
+    if scheme == "attempt":
+        return f"s-{slot}-{partition}-{attempt}"
+    if scheme == "unique":
+        return f"s-{slot}-{partition}-{batch}-{attempt}"
     return f"s-{slot}-{partition}"
 
 

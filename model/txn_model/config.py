@@ -25,6 +25,9 @@ class Variant(str, Enum):
     a newer owner record still counts (see README.md, "The keyed variant")."""
 
 
+TXN_IDS = ("pool", "attempt", "unique")
+
+
 @dataclass(frozen=True)
 class Config:
     """Bounds of one exploration. Every fault count is a budget over the whole run."""
@@ -67,6 +70,12 @@ class Config:
     """Variant keyed with one outcome per decision key: `abort()` races `commit()` for the key
     with an abort record (put-if-absent) and aborts nothing while the batch's outcome is in
     doubt; a replay decides at the next round (docs/protocol.md, "One outcome per key")."""
+    txn_ids: str = "pool"
+    """Which transactional id a task attempt uses (variants owned and keyed): `pool`, the
+    product's `s-{slot}-{p}`; `attempt`, `s-{slot}-{p}-{a}` with the task's attempt number (a
+    zombie is attempt 0, the attempt Spark uses beside it attempt 1, a retry one more); `unique`,
+    `s-{slot}-{p}-{batch}-{a}`, an id no other attempt of any batch shares (unbounded in the
+    product). The clean-up sweeps every open id of the sink in all three."""
     progress: bool = False
     """Also require, in a final state, that some run finished the query unless a driver crashed
     or the coordinator timed out a transaction: overlapping drivers alone must not stop it."""
@@ -96,6 +105,8 @@ class Config:
             parts.append(f"late_writes={self.late_writes}")
         if self.outcome_register:
             parts.append("outcome_register")
+        if self.txn_ids != "pool":
+            parts.append(f"txn_ids={self.txn_ids}")
         if self.progress:
             parts.append("progress")
         return " ".join(parts)

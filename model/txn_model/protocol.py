@@ -294,7 +294,9 @@ def _launch(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     if world.used.zombies < config.zombies:
         used = launched.used._replace(zombies=launched.used.zombies + 1)
         for p in range(config.partitions):
-            tasks = [*world.tasks, *primaries, attempt(p, AttemptKind.ZOMBIE)]
+            # Spark's order: attempt 0 is lost to the driver but runs on; attempt 1 is used.
+            used_one = [t._replace(attempt=1) if t.partition == p else t for t in primaries]
+            tasks = [*world.tasks, *used_one, attempt(p, AttemptKind.ZOMBIE)]
             text = f"launches the tasks, and a zombie attempt of partition {p}"
             yield say(driver, text), _with_tasks(launched._replace(used=used), tasks)
 
@@ -482,7 +484,9 @@ def _task_check(world: World, config: Config, index: int, task: Task) -> Step:
 
 
 def _task_init(world: World, config: Config, index: int, task: Task) -> Iterator[Step]:
-    txn_id = cl.txn_id(config.variant, task.slot, task.partition)
+    txn_id = cl.txn_id(
+        config.variant, task.slot, task.partition, config.txn_ids, task.batch, task.attempt
+    )
     coordinator, outcome, triple = init_producer(world.coordinator, txn_id)
     if outcome is Outcome.CONCURRENT:
         if coordinator != world.coordinator:
@@ -527,4 +531,5 @@ def _may_retry(world: World, config: Config, task: Task) -> bool:
 def _retried(world: World, index: int, task: Task) -> World:
     """The attempt died; the next attempt of the same task starts from its first step."""
     world = world._replace(used=world.used._replace(retries=world.used.retries + 1))
-    return _replace_task(world, index, task._replace(step=TaskStep.CHECK, triple=None))
+    retry = task._replace(step=TaskStep.CHECK, triple=None, attempt=task.attempt + 1)
+    return _replace_task(world, index, retry)

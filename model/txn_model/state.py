@@ -120,6 +120,7 @@ class Task(NamedTuple):
     triple: Triple | None = None
     result: str = ""
     label: str = "run"  # its driver's label
+    attempt: int = 0  # Spark's attempt number: a zombie 0, the attempt used beside it 1
 
     def name(self) -> str:
         """How traces name this attempt."""

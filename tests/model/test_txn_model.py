@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -362,3 +363,48 @@ def test_the_outcome_register_keeps_every_rule_with_writes_in_doubt(config: Conf
     assert result.stops.get("finished", 0) > 0
     unfixed = explore(replace(config, outcome_register=False))
     assert unfixed.violation is not None and unfixed.violation.startswith("decided batch lost")
+
+
+ZOMBIE = Config(
+    KEYED, drivers=1, batches=2, partitions=1, zombies=1, keyed_fixes=True, outcome_register=True
+)
+
+
+def test_a_zombie_attempt_fences_a_decided_participant_of_its_own_batch_in_the_pool() -> None:
+    """The product's ids (`s-{slot}-{p}`): the zombie checked the log before the decision and
+    initialises the id the decided attempt holds."""
+    result = explore(ZOMBIE)
+
+    assert result.violation is not None
+    assert result.violation.startswith("decided batch lost: batch 0 partition 0 (s-0-0,")
+    assert "zombie attempt b0p0: init_transactions(s-0-0) fences" in result.trace[-1]
+
+
+def test_ids_per_attempt_number_move_the_zombie_to_the_next_batch() -> None:
+    """`s-{slot}-{p}-{attempt}`: the zombie (attempt 0) misses its own batch's used attempt (1)
+    and fences the next batch's attempt 0, which holds the same id."""
+    result = explore(replace(ZOMBIE, txn_ids="attempt"))
+
+    assert result.violation is not None
+    assert result.violation.startswith("decided batch lost: batch 1 partition 0 (s-0-0-0,")
+    assert "zombie attempt b0p0: init_transactions(s-0-0-0) fences" in result.trace[-1]
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        pytest.param({}, id="zombie"),
+        pytest.param({"zombies": 2}, id="two-zombies"),
+        pytest.param({"retries": 1}, id="task-retry"),
+        pytest.param({"crashes": 1}, id="crash"),
+        pytest.param({"timeouts": 1, "progress": True}, id="timeout"),
+    ],
+)
+def test_ids_no_other_attempt_shares_close_the_zombie_window(faults: dict[str, Any]) -> None:
+    """`s-{slot}-{p}-{batch}-{attempt}`: every bound above is OK, and the same bounds with the
+    pool lose a decided batch."""
+    config = replace(ZOMBIE, **faults)
+
+    assert explore(replace(config, txn_ids="unique")).ok
+    pooled = explore(config)
+    assert pooled.violation is not None and pooled.violation.startswith("decided batch lost")
