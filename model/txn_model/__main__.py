@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from model.txn_model.config import TXN_IDS, Config, Variant
+from model.txn_model.config import REPAIR_FLAWS, TXN_IDS, Config, Variant
 from model.txn_model.explore import Result, StateCapExceeded, explore
 
 
@@ -67,6 +67,17 @@ def parse(argv: list[str]) -> Config:
         help="require that some run finishes unless a driver crashed or a transaction timed out",
     )
     parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="keyed with the outcome register: a replay repairs the partitions recorded lost",
+    )
+    parser.add_argument(
+        "--repair-flaw",
+        choices=[f for f in REPAIR_FLAWS if f],
+        default="",
+        help="with --repair: a rejected repair design, to show its counterexample",
+    )
+    parser.add_argument(
         "--txn-ids",
         choices=TXN_IDS,
         default="pool",
@@ -75,6 +86,9 @@ def parse(argv: list[str]) -> Config:
     )
     parser.add_argument("--max-states", type=int, default=2_000_000)
     args = parser.parse_args(argv)
+    keyed_register = args.variant == "keyed" and args.outcome_register
+    if (args.repair or args.repair_flaw) and not keyed_register:
+        parser.error("--repair needs --variant keyed --outcome-register")
     if args.slots < 2:
         parser.error("--slots must be at least 2 (a new run never takes the owner's slot)")
     return Config(
@@ -95,6 +109,8 @@ def parse(argv: list[str]) -> Config:
         outcome_register=args.outcome_register,
         progress=args.progress,
         txn_ids=args.txn_ids,
+        repair=args.repair or bool(args.repair_flaw),
+        repair_flaw=args.repair_flaw,
         max_states=args.max_states,
     )
 
@@ -113,6 +129,8 @@ def report(result: Result) -> str:
             f"runs in final states: {ended or 'none'}; final states with an open "
             f"transaction: {result.final_with_open_txns}"
         )
+        if result.config.repair:
+            lines.append(f"final states finished after a repair: {result.finished_after_repair}")
     else:
         lines.append("shortest trace:")
         lines += [f"  {i:2d}. {step}" for i, step in enumerate(result.trace, 1)]

@@ -28,6 +28,7 @@ class Kind(str, Enum):
     COMPLETION = "completion"  # every participant of batch N is settled
     RELEASE = "release"  # owned: run R stopped and its tasks are done; its slot is free
     ABORT = "abort"  # outcome register: round r of batch N decides nothing; N goes on at r + 1
+    REPAIR = "repair"  # repair level r of batch N: new participants for partitions recorded lost
 
 
 class Participant(NamedTuple):
@@ -46,13 +47,16 @@ class Entry(NamedTuple):
     slot: int = -1
     participants: tuple[Participant, ...] = ()
     round: int = 0  # decision and abort: the round of the batch's outcome key
+    level: int = 0  # repair: its level (1, 2, ...); completion: the level it settles (0: decision)
+    lost: tuple[int, ...] = ()  # completion (repairs): partitions whose transaction was aborted
 
     def key(self) -> tuple[Kind, int, int, int]:
-        """What put-if-absent keys on: decisions and aborts share (batch, round)."""
+        """What put-if-absent keys on: decisions and aborts share (batch, round); repairs and
+        completions key on (batch, level)."""
         if self.kind in (Kind.DECISION, Kind.ABORT):
             return (Kind.DECISION, self.batch, self.round, -1)
-        if self.kind is Kind.COMPLETION:
-            return (self.kind, self.batch, 0, -1)
+        if self.kind in (Kind.COMPLETION, Kind.REPAIR):
+            return (self.kind, self.batch, self.level, -1)
         return (self.kind, -1, 0, self.run)
 
     def __str__(self) -> str:
@@ -60,8 +64,13 @@ class Entry(NamedTuple):
             return f"owner(run {self.run}, slot {self.slot})"
         if self.kind is Kind.RELEASE:
             return f"release(run {self.run})"
+        level = f" level {self.level}" if self.level else ""
         if self.kind is Kind.COMPLETION:
-            return f"completion(batch {self.batch})"
+            lost = f", lost p{', p'.join(map(str, self.lost))}" if self.lost else ""
+            return f"completion(batch {self.batch}{level}{lost})"
+        if self.kind is Kind.REPAIR:
+            parts = ", ".join(str(p.triple) for p in self.participants)
+            return f"repair(batch {self.batch}{level}, run {self.run}: {parts})"
         at = f" round {self.round}" if self.round else ""
         if self.kind is Kind.ABORT:
             return f"abort(batch {self.batch}{at}, run {self.run})"
@@ -179,35 +188,75 @@ def next_run(log: Log) -> int:
 def may_abort(log: Log, slot: int, mine: int) -> bool:
     """Keyed: whether a run holding slot `mine` may abort an open, undecided transaction of
     `slot`: its own slot's, yes; another's only when the latest decision's run is newer than
-    that slot's last holder (runs.py `may_abort`)."""
+    that slot's last holder (runs.py `may_abort`). A repair counts as a decision of its batch,
+    later than the decision and the lower levels."""
     if slot == mine:
         return True
-    latest = latest_decision(log, Variant.KEYED)
+    settled = settled_entries(log, Variant.KEYED)
+    latest = settled[-1] if settled else None
     if latest is None:
         return False
     holder = slot_holder(log, slot)
     return (holder if holder is not None else -1) < latest.run
 
 
-def completed(log: Log) -> set[int]:
-    """Batches with a completion entry."""
-    return {entry.batch for entry in log if entry.kind is Kind.COMPLETION}
+def completion(log: Log, batch: int, level: int = 0) -> Entry | None:
+    """The completion of `batch`'s decision (level 0) or of its repair `level`."""
+    for entry in log:
+        if entry.kind is Kind.COMPLETION and (entry.batch, entry.level) == (batch, level):
+            return entry
+    return None
+
+
+def repairs(log: Log, batch: int) -> dict[int, Entry]:
+    """Level -> the repair of `batch` at that level (the first put; the key refuses others)."""
+    return {e.level: e for e in log if e.kind is Kind.REPAIR and e.batch == batch}
+
+
+def settled_entries(log: Log, variant: Variant) -> list[Entry]:
+    """Every decision that counts, each followed by its batch's repairs by level."""
+    found = []
+    for batch, decision in sorted(decisions(log, variant).items()):
+        found.append(decision)
+        found += [r for _, r in sorted(repairs(log, batch).items())]
+    return found
 
 
 def incomplete(log: Log, variant: Variant) -> list[Entry]:
-    """Decisions without a completion, in batch order: what roll-forward must finish."""
-    done = completed(log)
-    return [d for b, d in sorted(decisions(log, variant).items()) if b not in done]
+    """Decisions and repairs without their completion, in batch and level order: what
+    roll-forward must finish."""
+    return [e for e in settled_entries(log, variant) if completion(log, e.batch, e.level) is None]
 
 
 def held(log: Log, variant: Variant) -> set[Triple]:
-    """Triples no clean-up or abort may touch: those of incomplete decisions."""
+    """Triples no clean-up or abort may touch: those of incomplete decisions and repairs."""
     return {p.triple for d in incomplete(log, variant) for p in d.participants}
 
 
 def decided_triples(log: Log, variant: Variant) -> set[Triple]:
-    """Triples of every decision that counts, complete or not."""
-    return {p.triple for d in decisions(log, variant).values() for p in d.participants}
+    """Triples of every decision that counts and of every repair, complete or not."""
+    return {p.triple for d in settled_entries(log, variant) for p in d.participants}
+
+
+def unrepaired(log: Log, batch: int) -> tuple[int, int, tuple[int, ...]] | None:
+    """`(next level, highest level, partitions)`: the partitions of `batch` whose latest
+    participant a completion records lost, and the level a repair of them takes; None when
+    there are none, or while a level of the batch has no completion yet."""
+    levels = {0: decisions(log, Variant.KEYED).get(batch), **repairs(log, batch)}
+    if levels[0] is None:
+        return None
+    settled = {level: completion(log, batch, level) for level in levels}
+    if any(done is None for done in settled.values()):
+        return None
+    latest: dict[int, int] = {}  # partition -> the highest level naming it
+    for level, entry in sorted(levels.items()):
+        assert entry is not None
+        for participant in entry.participants:
+            latest[participant.partition] = level
+    recorded = {level: done.lost for level, done in settled.items() if done is not None}
+    lost = tuple(p for p, level in sorted(latest.items()) if p in recorded[level])
+    top = max(levels)
+    return (top + 1, top, lost) if lost else None
 
 
 def choose_slot(log: Log, slots: int) -> int:

@@ -26,6 +26,10 @@ class Variant(str, Enum):
 
 
 TXN_IDS = ("pool", "attempt", "unique")
+REPAIR_FLAWS = ("", "loss-recorded", "in-doubt")
+"""Repair designs rejected (issue 26), each with its counterexample (README.md, "Repair rounds"):
+`loss-recorded`, Spark may record a batch once no loss is recorded (not: once every row is
+committed); `in-doubt`, a participant the brokers have not finished counts as lost."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,13 @@ class Config:
     zombie is attempt 0, the attempt Spark uses beside it attempt 1, a retry one more); `unique`,
     `s-{slot}-{p}-{batch}-{a}`, an id no other attempt of any batch shares (unbounded in the
     product). The clean-up sweeps every open id of the sink in all three."""
+    repair: bool = False
+    """Variant keyed with repair rounds (issue 26): a completion records the partitions whose
+    transaction the brokers aborted; a replay of the batch writes exactly those again and
+    commit() puts a repair record (put-if-absent per batch and level) naming the new
+    participants; a batch left with a loss fails. Needs `outcome_register`."""
+    repair_flaw: str = ""
+    """With `repair`: one of `REPAIR_FLAWS`, a rejected design in place of the sound one."""
     progress: bool = False
     """Also require, in a final state, that some run finished the query unless a driver crashed
     or the coordinator timed out a transaction: overlapping drivers alone must not stop it."""
@@ -107,6 +118,8 @@ class Config:
             parts.append("outcome_register")
         if self.txn_ids != "pool":
             parts.append(f"txn_ids={self.txn_ids}")
+        if self.repair:
+            parts.append(f"repair={self.repair_flaw}" if self.repair_flaw else "repair")
         if self.progress:
             parts.append("progress")
         return " ".join(parts)

@@ -7,6 +7,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from model.txn_model.commit_log import Kind
 from model.txn_model.config import Config, Variant
 from model.txn_model.keyed import KEYED_PHASES
 from model.txn_model.oracle import final_violation, left_open, violation
@@ -30,6 +31,7 @@ class Result:
     final_states: int = 0
     final_with_open_txns: int = 0
     stops: dict[str, int] = field(default_factory=dict)  # final states by how runs ended
+    finished_after_repair: int = 0  # final states in which a run finished and a repair exists
 
     @property
     def ok(self) -> bool:
@@ -81,6 +83,9 @@ def _final(world: World, config: Config, result: Result) -> str | None:
         result.final_with_open_txns += 1
     for driver in world.drivers:
         result.stops[driver.status.value] = result.stops.get(driver.status.value, 0) + 1
+    finished = any(d.status is Status.FINISHED for d in world.drivers)
+    if finished and any(e.kind is Kind.REPAIR for e in world.log):
+        result.finished_after_repair += 1
     return final_violation(world, config)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from model.txn_model import commit_log as cl
+from model.txn_model import repair
 from model.txn_model.commit_log import Entry, Kind, Participant
 from model.txn_model.config import Config, Variant
 from model.txn_model.coordinator import TxnState, describe
@@ -37,6 +38,7 @@ from model.txn_model.protocol import (
     append_entry,
     at_phase,
     cleanup_planned,
+    put_entry,
     roll_forward,
     say,
     send_in_doubt,
@@ -136,6 +138,9 @@ def _decided_check(world: World, config: Config, driver: Driver) -> Iterator[Ste
     elif decision.run > driver.number:
         what = f"batch decided by run {decision.run}"
         yield _superseded(world, config, driver, decision.run, what)
+    elif config.repair and repair.wants_repair(driver):
+        text = f"batch decided by run {decision.run}; its repair's tasks prepared"
+        yield say(driver, text), at_phase(world, driver, Phase.REPAIR_CHECK)
     else:
         world = abort_undecided(world, config, driver)
         text = f"batch decided by run {decision.run}: aborts its own strays, rolls forward"
@@ -178,6 +183,26 @@ def _decide(world: World, config: Config, driver: Driver) -> Iterator[Step]:
         yield say(driver, text), at_phase(world, driver, Phase.PHASE2)
     else:
         yield _raise(world, driver, f"decision conflict with run {existing.run}", Status.FAILED)
+
+
+def _repair_check(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    closed = repair.not_open(world, driver)
+    if closed is not None:
+        yield _raise(world, driver, f"repair's prepare check: {closed} not open", Status.FAILED)
+        return
+    yield say(driver, "repair's prepare check passes"), at_phase(world, driver, Phase.REPAIR_PUT)
+
+
+def _repair_put(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    """Put-if-absent per batch and level, like the decision; a refused put aborts its own."""
+    entry = repair.repair_entry(driver)
+    world, holder = put_entry(world, entry)
+    if holder == entry:
+        yield say(driver, f"puts {entry}"), at_phase(world, driver, Phase.PHASE2)
+        return
+    world = abort_undecided(world, config, driver)
+    text = f"finds {holder}: aborts its own repair, rolls forward"
+    yield say(driver, text), at_phase(world, driver, Phase.PHASE2)
 
 
 def _phase2(world: World, config: Config, driver: Driver) -> Iterator[Step]:
@@ -276,6 +301,8 @@ KEYED_PHASES: dict[Phase, PhaseSteps] = {
     Phase.ABORT_CHECK: _abort_check,
     Phase.ABORT_TXNS: _abort_txns,
     Phase.ABORT_DONE: _abort_done,
+    Phase.REPAIR_CHECK: _repair_check,
+    Phase.REPAIR_PUT: _repair_put,
 }
 """The driver's steps in `keyed`: the shared ones (tasks launched and collected, the clean-up's
 describe and aborts, Spark recording the batch) and the product's own."""

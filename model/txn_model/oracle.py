@@ -2,14 +2,15 @@
 
 In every state:
 - no row is visible twice;
-- every visible row comes from a participant of its batch's decision (nothing of an undecided
-  batch, nor of an attempt the decision does not list);
-- no decided participant is lost: its rows are visible, or its transaction is still open or
-  being committed under exactly its triple, unless the coordinator's timeout aborted it (the
-  protocol's one stated bound).
+- every visible row comes from a participant of its batch's decision or of one of its repairs
+  (nothing of an undecided batch, nor of an attempt neither lists);
+- no decided participant (nor repair participant) is lost: its rows are visible, or its
+  transaction is still open or being committed under exactly its triple, unless the
+  coordinator's timeout aborted it (the protocol's one stated bound).
 
 At the end (no step enabled): no run is stuck; and once some run finished the query, every row
-of every batch is visible, but for participants the coordinator's timeout aborted, and, when
+of every batch is visible, but for participants the coordinator's timeout aborted (with
+`Config.repair`, none: the replay must have repaired them), and, when
 runs never overlapped and no zombie attempt ran, no transaction is left open. With
 `Config.progress`, also: some run finished, unless a driver crashed or a transaction timed out.
 """
@@ -32,12 +33,13 @@ def violation(world: World, config: Config) -> str | None:
     for (batch, partition), count in sorted(counts.items()):
         if count > 1:
             return f"duplicate: rows of batch {batch} partition {partition} visible {count} times"
-    decided = cl.decisions(world.log, config.variant)
+    settled = cl.settled_entries(world.log, config.variant)
     for (batch, partition), triple in world.visible:
-        decision = decided.get(batch)
-        if decision is None or triple not in {p.triple for p in decision.participants}:
+        allowed = {p.triple for e in settled if e.batch == batch for p in e.participants}
+        if triple not in allowed:
             return f"rows of batch {batch} partition {partition} visible from undecided {triple}"
-    for batch, decision in sorted(decided.items()):
+    for decision in settled:
+        batch = decision.batch
         for participant in decision.participants:
             if (batch, participant.partition) in counts or participant.triple in world.timed_out:
                 continue
@@ -63,7 +65,7 @@ def final_violation(world: World, config: Config) -> str | None:
         (d.batch, p.partition)
         for d in cl.decisions(world.log, config.variant).values()
         for p in d.participants
-        if p.triple in world.timed_out
+        if p.triple in world.timed_out and not config.repair  # a finished run repaired them
     }
     for batch in range(config.batches):
         for partition in range(config.partitions):

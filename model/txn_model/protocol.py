@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from model.txn_model import commit_log as cl
+from model.txn_model import repair
 from model.txn_model.commit_log import Entry, Kind, Participant
 from model.txn_model.config import Config, Variant
 from model.txn_model.coordinator import (
@@ -75,7 +76,7 @@ def _with_tasks(world: World, tasks: list[Task]) -> World:
 
 def _task_order(task: Task) -> tuple[object, ...]:
     """A total order on tasks (a triple may be None), so equal sets of tasks are equal tuples."""
-    return (*task[:6], task.triple or ("", 0, 0), task.result)
+    return (*task[:6], task.triple or ("", 0, 0), task.result, task.attempt, task.repair)
 
 
 def _collected(world: World, task: Task) -> bool:
@@ -85,6 +86,12 @@ def _collected(world: World, task: Task) -> bool:
 def append_entry(world: World, entry: Entry) -> World:
     """`world` with `entry` written to the commit log."""
     return world._replace(log=(*world.log, entry))
+
+
+def put_entry(world: World, entry: Entry) -> tuple[World, Entry]:
+    """`world` with `entry` put-if-absent, and the record that holds its key."""
+    log, holder = cl.put_if_absent(world.log, entry)
+    return world._replace(log=log), holder
 
 
 def say(driver: Driver, text: str) -> str:
@@ -268,7 +275,15 @@ def roll_forward(world: World, config: Config, driver: Driver, then: Phase) -> I
             yield say(driver, text), world._replace(coordinator=coordinator)
             return
     done = Entry(Kind.COMPLETION, driver.run, batch=decision.batch)
-    yield say(driver, f"batch {decision.batch} settled: appends {done}"), append_entry(world, done)
+    if not config.repair:
+        text = f"batch {decision.batch} settled: appends {done}"
+        yield say(driver, text), append_entry(world, done)
+        return
+    settled = repair.settle(world, config, decision)
+    if settled is None:
+        return  # a participant is being committed: the probe answers once markers are out
+    world, holder = put_entry(world, settled._replace(run=driver.run))
+    yield say(driver, f"batch {decision.batch} settled: {holder} holds the key"), world
 
 
 def _start_roll(world: World, config: Config, driver: Driver) -> Iterator[Step]:
@@ -289,8 +304,11 @@ def _launch(world: World, config: Config, driver: Driver) -> Iterator[Step]:
         return driver.attempt(driver.batch, partition, kind)
 
     primaries = [attempt(p, AttemptKind.PRIMARY) for p in range(config.partitions)]
-    launched = at_phase(world, driver, Phase.WAIT)
-    yield say(driver, "launches the tasks"), _with_tasks(launched, [*world.tasks, *primaries])
+    level, lost = repair.plan(world, driver.batch) if config.repair else (0, ())
+    primaries = [t._replace(repair=level) if t.partition in lost else t for t in primaries]
+    launched = at_phase(world, driver._replace(repair=(level, lost)), Phase.WAIT)
+    text = "launches the tasks" + (f", repair level {level} of p{lost}" if lost else "")
+    yield say(driver, text), _with_tasks(launched, [*world.tasks, *primaries])
     if world.used.zombies < config.zombies:
         used = launched.used._replace(zombies=launched.used.zombies + 1)
         for p in range(config.partitions):
@@ -421,6 +439,13 @@ def _sweep_abort(world: World, config: Config, driver: Driver) -> Iterator[Step]
 
 
 def _spark_commit(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    why = repair.not_done(world, config, driver.batch) if config.repair else ""
+    if why:
+        yield (
+            say(driver, f"{why}: the batch fails"),
+            stop_run(world, config, driver, Status.FAILED, why),
+        )
+        return
     world = world._replace(spark_commits=world.spark_commits | {driver.batch})
     if driver.batch + 1 >= config.batches:
         yield (
@@ -429,7 +454,7 @@ def _spark_commit(world: World, config: Config, driver: Driver) -> Iterator[Step
         )
         return
     driver = driver._replace(
-        batch=driver.batch + 1, phase=Phase.START_ROLL, messages=(), targets=()
+        batch=driver.batch + 1, phase=Phase.START_ROLL, messages=(), targets=(), repair=(0, ())
     )
     yield f"{driver.name()}: Spark records batch {driver.batch - 1}", with_driver(world, driver)
 
@@ -475,12 +500,14 @@ def _task_check(world: World, config: Config, index: int, task: Task) -> Step:
     if newer is not None:
         done = task._replace(step=TaskStep.DONE, result="failed")
         return f"{task.name()}: run {newer} owns the sink: fails", _replace_task(world, index, done)
-    if task.batch in cl.decisions(world.log, config.variant):
+    if task.repair and task.repair in cl.repairs(world.log, task.batch):
+        done = task._replace(step=TaskStep.DONE, result="skipped")
+        return f"{task.name()}: repair level taken: skipped", _replace_task(world, index, done)
+    if not task.repair and task.batch in cl.decisions(world.log, config.variant):
         done = task._replace(step=TaskStep.DONE, result="skipped")
         return f"{task.name()}: batch decided: skipped", _replace_task(world, index, done)
-    return f"{task.name()}: batch not decided", _replace_task(
-        world, index, task._replace(step=TaskStep.INIT)
-    )
+    free = "repair level free" if task.repair else "batch not decided"
+    return f"{task.name()}: {free}", _replace_task(world, index, task._replace(step=TaskStep.INIT))
 
 
 def _task_init(world: World, config: Config, index: int, task: Task) -> Iterator[Step]:

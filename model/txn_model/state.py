@@ -37,6 +37,9 @@ class Phase(str, Enum):
     ABORT_CHECK = "abort()'s streamWriter(): check current"
     ABORT_TXNS = "abort(): EndTxn(abort) of its own undecided transactions"
     ABORT_DONE = "abort() returns: the query stops"
+    # keyed with repair rounds (issue 26)
+    REPAIR_CHECK = "commit(): prepare check of the repair's transactions"
+    REPAIR_PUT = "commit(): put the repair record"
 
 
 class Status(str, Enum):
@@ -76,6 +79,7 @@ class Driver(NamedTuple):
     released: bool = False  # keyed: it recorded release(number)
     abort_run: tuple[int, int] | None = None  # keyed: (number, slot) abort()'s writer recorded
     ending: Status | None = None  # keyed: in abort(), how the run ends when it returns
+    repair: tuple[int, tuple[int, ...]] = (0, ())  # repair: (level, partitions) it planned
 
     @property
     def alive(self) -> bool:
@@ -121,10 +125,12 @@ class Task(NamedTuple):
     result: str = ""
     label: str = "run"  # its driver's label
     attempt: int = 0  # Spark's attempt number: a zombie 0, the attempt used beside it 1
+    repair: int = 0  # repair: the level it writes for (0: the batch's first attempt)
 
     def name(self) -> str:
         """How traces name this attempt."""
-        return f"{self.label} {self.run} {self.kind.value} b{self.batch}p{self.partition}"
+        at = f" repair {self.repair}" if self.repair else ""
+        return f"{self.label} {self.run} {self.kind.value} b{self.batch}p{self.partition}{at}"
 
 
 class Used(NamedTuple):

@@ -408,3 +408,48 @@ def test_ids_no_other_attempt_shares_close_the_zombie_window(faults: dict[str, A
     assert explore(replace(config, txn_ids="unique")).ok
     pooled = explore(config)
     assert pooled.violation is not None and pooled.violation.startswith("decided batch lost")
+
+
+REPAIR = Config(
+    KEYED, drivers=2, batches=1, partitions=1, timeouts=1, keyed_fixes=True,
+    outcome_register=True, repair=True,
+)  # fmt: skip
+REPAIR_CONFIGS = [
+    pytest.param({}, id="timeout"),
+    pytest.param({"timeouts": 2}, id="repair-times-out"),
+    pytest.param({"crashes": 1}, id="crash"),
+    pytest.param({"drivers": 3, "concurrent": False, "timeouts": 2, "crashes": 1}, id="restarts"),
+    pytest.param({"batches": 2}, id="two-batches"),
+    pytest.param({"late_attempts": 1}, id="late"),
+    pytest.param({"late_writes": 1}, id="write-in-doubt"),
+    pytest.param({"retries": 1}, id="task-retry"),
+]
+
+
+@pytest.mark.parametrize("faults", REPAIR_CONFIGS)
+def test_repair_rounds_leave_nothing_lost_once_a_run_finishes(faults: dict[str, Any]) -> None:
+    """With repairs no row is excused at the end: a run that finishes has every row once."""
+    result = explore(replace(REPAIR, **faults))
+
+    assert result.ok, "\n".join([str(result.violation), *result.trace])
+    assert result.finished_after_repair > 0
+
+
+def test_a_batch_recorded_once_no_loss_is_recorded_loses_rows() -> None:
+    """The rejected check "no loss recorded": the original run records the batch while the
+    replay's repair, itself timed out, is not settled yet."""
+    result = explore(replace(REPAIR, timeouts=2, repair_flaw="loss-recorded"))
+
+    assert result.violation == "query finished but rows of batch 0 partition 0 are missing"
+    assert len(result.trace) == 41
+    assert "Spark records the batch" in "\n".join(result.trace[-6:])
+
+
+def test_a_participant_being_committed_taken_for_lost_is_repaired_twice() -> None:
+    """The rejected probe that takes "not visible yet" for aborted: the EndTxn was accepted,
+    the markers were not written yet, the replay repairs it, both commit."""
+    result = explore(replace(REPAIR, repair_flaw="in-doubt"))
+
+    assert result.violation == "duplicate: rows of batch 0 partition 0 visible 2 times"
+    assert len(result.trace) == 32
+    assert "completion(batch 0, lost p0)" in result.trace[15]
