@@ -34,31 +34,27 @@ bytes.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
-import marshal
 import math
 import shutil
 import tempfile
-from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastavro.write import Writer
 
 from kafka_txn_sink.errors import InputError, StagingError
 from kafka_txn_sink.files.avro_names import fingerprint
 from kafka_txn_sink.files.json_schema import SchemaAggregator
 from kafka_txn_sink.files.naming import FileNaming, stored_name
+from kafka_txn_sink.files.open_file import OpenFile, open_file, parse_payload
 from kafka_txn_sink.files.partitioning import PartitionValues
-from kafka_txn_sink.files.payload_spool import CHUNK_BYTES, Chunk
-from kafka_txn_sink.files.plan import Codec, FilePlan
+from kafka_txn_sink.files.plan import FilePlan
 from kafka_txn_sink.files.references import WrittenFile
 from kafka_txn_sink.files.spark_avro import row_converter
 from kafka_txn_sink.files.spark_rows import RowsOfBatch, arrow_rows
@@ -67,316 +63,6 @@ from kafka_txn_sink.storage.files import FileSink
 
 if TYPE_CHECKING:
     from kafka_txn_sink.files.arrow_avro import NativeEncoder
-
-# --- files (executor) --------------------------------------------------------------------
-
-
-class _OpenFile(ABC):
-    """One file being written; `write` takes what the mode produced for one row (or, on the
-    Arrow path, `native` files: what it produced for a part of a batch)."""
-
-    native = False
-
-    def __init__(self, seq: int, name: str, values: PartitionValues, path: str, local: Path):
-        self.seq = seq
-        self.name = name
-        self.values = values
-        self.path = path
-        self.local = local  # the Avro file, once finished
-        self.records = 0
-
-    @abstractmethod
-    def write(self, item: Any) -> None: ...
-
-    @abstractmethod
-    def size(self) -> int: ...
-
-    def bytes_per_record(self) -> float | None:
-        """The mean size of a record written so far, where a file knows it (native files,
-        which roll by it)."""
-        return None
-
-    @abstractmethod
-    def finish(self) -> dict[str, Any]:
-        """Complete the local Avro file; returns its schema."""
-
-    @abstractmethod
-    def discard(self) -> None:
-        """Close without completing (the spool directory is removed anyway)."""
-
-
-_SYNC_SIZE = 16  # bytes of an Avro sync marker, which ends a file's header
-
-
-def avro_header(schema: dict[str, Any], codec: Codec, marker: bytes) -> bytes:
-    """The header fastavro writes for `schema`, `codec` and sync marker `marker`."""
-    out = io.BytesIO()
-    Writer(out, schema, codec=codec, sync_marker=marker)
-    return out.getvalue()
-
-
-class _CountingFile:
-    """A binary file that counts what is written to it: the size without a tell() syscall."""
-
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw = raw
-        self.written = 0
-
-    def write(self, data: bytes) -> int:
-        self.written += len(data)
-        return self.raw.write(data)
-
-    def flush(self) -> None:
-        self.raw.flush()
-
-    def seekable(self) -> bool:
-        return False  # fastavro would otherwise try to append to what it finds
-
-
-class _RecordFile(_OpenFile):
-    """Spark-schema mode: records go straight into the Avro file, block by block."""
-
-    def __init__(
-        self,
-        seq: int,
-        name: str,
-        values: PartitionValues,
-        path: str,
-        local: Path,
-        schema: dict[str, Any],
-        codec: Codec,
-        marker: bytes,
-    ):
-        super().__init__(seq, name, values, path, local)
-        self._schema = schema
-        self._out = _CountingFile(open(local, "wb"))  # noqa: SIM115 - closed in finish/discard
-        # The schema as it is, not fastavro's parsed form: the header must hold the very schema
-        # the reference carries (a parsed one is written with full names, no namespace).
-        self._writer = Writer(cast(IO[bytes], self._out), schema, codec=codec, sync_marker=marker)
-
-    def write(self, item: Any) -> None:
-        self._writer.write(item)
-        self.records += 1
-
-    def size(self) -> int:
-        return self._out.written
-
-    def finish(self) -> dict[str, Any]:
-        self._writer.flush()
-        self._out.raw.close()
-        return self._schema
-
-    def discard(self) -> None:
-        self._out.raw.close()
-
-
-class _BlockFile(_OpenFile):
-    """Spark-schema mode on the Arrow path: natively encoded blocks behind the file's header."""
-
-    native = True
-
-    def __init__(
-        self,
-        seq: int,
-        name: str,
-        values: PartitionValues,
-        path: str,
-        local: Path,
-        schema: dict[str, Any],
-        header: bytes,
-    ):
-        super().__init__(seq, name, values, path, local)
-        self._schema = schema
-        self._marker = header[-_SYNC_SIZE:]
-        self._out = open(local, "wb")  # noqa: SIM115 - closed in finish/discard
-        self._out.write(header)
-        self._header_size = self._size = len(header)
-
-    def write(self, item: Any) -> None:
-        """Append one block, `(records, data)`."""
-        from kafka_txn_sink.files.arrow_avro import block_bytes
-
-        records, data = item
-        block = block_bytes(records, data, self._marker)
-        self._out.write(block)
-        self._size += len(block)
-        self.records += records
-
-    def size(self) -> int:
-        return self._size
-
-    def bytes_per_record(self) -> float | None:
-        """The mean size of a record in this file's blocks so far (None before the first)."""
-        return (self._size - self._header_size) / self.records if self.records else None
-
-    def finish(self) -> dict[str, Any]:
-        self._out.close()
-        return self._schema
-
-    def discard(self) -> None:
-        self._out.close()
-
-
-class _PayloadFile(_OpenFile):
-    """Payload mode: payloads are aggregated and spooled; the Avro file is written at finish."""
-
-    def __init__(
-        self,
-        seq: int,
-        name: str,
-        values: PartitionValues,
-        path: str,
-        local: Path,
-        aggregator: SchemaAggregator,
-        codec: Codec,
-        marker: bytes,
-    ):
-        super().__init__(seq, name, values, path, local)
-        self._aggregator = aggregator
-        self._codec = codec
-        self._marker = marker
-        self._spool_path = local.with_suffix(".spool")
-        self._spool: IO[bytes] = open(self._spool_path, "w+b")  # noqa: SIM115 - closed in finish
-
-    def write(self, item: Any) -> None:
-        self._aggregator.add(item)
-        # Length-prefixed: marshal.load straight from a file reads in tiny pieces (slow).
-        data = marshal.dumps(item)
-        self._spool.write(len(data).to_bytes(4, "little"))
-        self._spool.write(data)
-        self.records += 1
-
-    def size(self) -> int:
-        return self._spool.tell()
-
-    def finish(self) -> dict[str, Any]:
-        self._spool.seek(0)
-        read = self._spool.read
-        sizes = (int.from_bytes(read(4), "little") for _ in range(self.records))
-        schema = self._write_records(marshal.loads(read(size)) for size in sizes)
-        self.discard()
-        return schema
-
-    def discard(self) -> None:
-        self._spool.close()
-        self._spool_path.unlink(missing_ok=True)
-
-    def _write_records(self, payloads: Iterable[Any]) -> dict[str, Any]:
-        """Write the Avro file of payloads already added to the aggregator, with fastavro; its
-        schema."""
-        schema = self._aggregator.schema()
-        with open(self.local, "wb") as out:
-            writer = Writer(out, schema, codec=self._codec, sync_marker=self._marker)
-            conform = self._aggregator.conform
-            for payload in payloads:
-                writer.write(conform(payload))
-            writer.flush()
-        return schema
-
-
-class _NativePayloadFile(_PayloadFile):
-    """Payload mode on the Arrow path: payloads spooled as text, one per line, and the file
-    written at finish natively (`payload_arrow`) when Arrow's reading of them follows the rules,
-    else by the row path from the same spool."""
-
-    native = True
-
-    def __init__(
-        self,
-        seq: int,
-        name: str,
-        values: PartitionValues,
-        path: str,
-        local: Path,
-        aggregator: SchemaAggregator,
-        codec: Codec,
-        marker: bytes,
-        column: str,
-    ):
-        super().__init__(seq, name, values, path, local, aggregator, codec, marker)
-        self._column = column
-        self._size = 0
-        self._chunks: list[Chunk] = []
-        self._chunk = Chunk(0, 0, 0)  # the chunk being spooled
-        self.encoded_natively = False
-
-    def write(self, item: Any) -> None:
-        """Append the payloads of a part of a batch: a binary Arrow array, none with a line
-        break."""
-        payloads = cast(pa.Array, item)
-        lines = pc.binary_join(pa.ListArray.from_arrays([0, len(payloads)], payloads), b"\n")
-        data = lines[0].as_buffer()
-        self._spool.write(data)
-        self._spool.write(b"\n")
-        self._size += data.size + 1
-        self.records += len(payloads)
-        self._chunk = Chunk(self._chunk.start, self._size, self._chunk.rows + len(payloads))
-        if self._chunk.end - self._chunk.start >= CHUNK_BYTES:
-            self._chunks.append(self._chunk)
-            self._chunk = Chunk(self._size, self._size, 0)
-
-    def size(self) -> int:
-        return self._size
-
-    def bytes_per_record(self) -> float | None:
-        """The mean size of a spooled payload so far (None before the first)."""
-        return self._size / self.records if self.records else None
-
-    def finish(self) -> dict[str, Any]:
-        self._spool.close()
-        from kafka_txn_sink.files.payload_arrow import encode_file
-
-        chunks = self._chunks + ([self._chunk] if self._chunk.rows else [])
-        native = encode_file(self._spool_path, chunks, self._codec)
-        if native is not None:
-            try:
-                self._write_blocks(native.schema, native.blocks)
-                self.encoded_natively = True
-                self.discard()
-                return native.schema
-            except ValueError:  # a chunk read otherwise the second time: the row path writes it
-                pass
-        for payload in self._parsed():  # the schema must be final before the header
-            self._aggregator.add(payload)
-        schema = self._write_records(self._parsed())
-        self.discard()
-        return schema
-
-    def _write_blocks(self, schema: dict[str, Any], blocks: Iterable[tuple[int, bytes]]) -> None:
-        from kafka_txn_sink.files.arrow_avro import block_bytes
-
-        with open(self.local, "wb") as out:
-            out.write(avro_header(schema, self._codec, self._marker))
-            for records, data in blocks:
-                out.write(block_bytes(records, data, self._marker))
-
-    def _parsed(self) -> Iterator[Any]:
-        """The spooled payloads, parsed (read again for each pass: none stays in memory)."""
-        with open(self._spool_path, "rb") as spool:
-            for number, line in enumerate(spool, start=1):
-                yield self._parse(line, number)
-
-    def _parse(self, line: bytes, number: int) -> Any:
-        try:
-            return parse_payload(line, self._column)
-        except InputError as exc:
-            where = f"payload {number} of the file for {self.path or 'the output directory'}"
-            raise InputError(f"{exc} ({where})") from None
-
-
-def parse_payload(text: str | bytes, column: str) -> dict[str, Any]:
-    """One payload of `column`, parsed: a JSON object.
-
-    Raises:
-        InputError: it is not valid JSON, or not an object (the message names the column).
-    """
-    try:
-        payload = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"column {column} is not valid JSON: {exc}") from None
-    if not isinstance(payload, dict):
-        raise InputError(f"column {column} holds a JSON {type(payload).__name__}, not an object")
-    return payload
 
 
 class FileSet:
@@ -404,7 +90,7 @@ class FileSet:
             self._spark = (schema, fingerprint(schema))
         self._encoders: dict[pa.Schema, NativeEncoder | None] = {}
         self._rows_of_batch: RowsOfBatch | None = None
-        self._open: OrderedDict[PartitionValues, _OpenFile] = OrderedDict()
+        self._open: OrderedDict[PartitionValues, OpenFile] = OrderedDict()
         self._written: list[WrittenFile] = []
         self._schemas: dict[str, tuple[dict[str, Any], str]] = {}
         self._seq = 0
@@ -556,7 +242,7 @@ class FileSet:
     def _write_part(self, values: PartitionValues, part: pa.Table, encoder: NativeEncoder) -> None:
         """Rows of one directory, natively encoded into blocks."""
 
-        def write(out: _OpenFile, offset: int, count: int) -> None:
+        def write(out: OpenFile, offset: int, count: int) -> None:
             for block in encoder.blocks(part.slice(offset, count)):
                 out.write(block)
             self.native_rows += count
@@ -566,7 +252,7 @@ class FileSet:
     def _write_payloads(self, values: PartitionValues, payloads: pa.Array) -> None:
         """Payloads of one directory, spooled as text."""
 
-        def write(out: _OpenFile, offset: int, count: int) -> None:
+        def write(out: OpenFile, offset: int, count: int) -> None:
             out.write(payloads.slice(offset, count))
 
         self._write_native(values, len(payloads), payloads.nbytes / len(payloads), write)
@@ -576,7 +262,7 @@ class FileSet:
         values: PartitionValues,
         rows: int,
         mean: float,
-        write: Callable[[_OpenFile, int, int], None],
+        write: Callable[[OpenFile, int, int], None],
     ) -> None:
         """`rows` rows of one directory (`mean`: their mean Arrow size) to its native file, in
         slices that end where the file must roll; `write(out, offset, count)` writes a slice."""
@@ -589,7 +275,7 @@ class FileSet:
             self.rows += count
             self._roll_if_full(out)
 
-    def _rows_to_fill(self, out: _OpenFile, left: int, mean: float) -> int:
+    def _rows_to_fill(self, out: OpenFile, left: int, mean: float) -> int:
         """How many of the `left` rows fill `out` to its record or byte limit (an estimate for
         bytes: the file's mean record so far, else `mean`, the rows' mean Arrow size)."""
         count = left
@@ -600,7 +286,7 @@ class FileSet:
         room = self._plan.max_bytes_per_file - out.size()
         return max(1, min(count, math.ceil(room / max(per_record, 1.0))))
 
-    def _file_for(self, values: PartitionValues, native: bool) -> _OpenFile:
+    def _file_for(self, values: PartitionValues, native: bool) -> OpenFile:
         """The open file of `values` (most recently used now), started if there is none or
         if the one open is of the other path."""
         out = self._open.get(values)
@@ -613,7 +299,7 @@ class FileSet:
         self._open.move_to_end(values)
         return out
 
-    def _roll_if_full(self, out: _OpenFile) -> None:
+    def _roll_if_full(self, out: OpenFile) -> None:
         limit = self._plan.max_records_per_file
         if (limit and out.records >= limit) or out.size() >= self._plan.max_bytes_per_file:
             del self._open[out.values]
@@ -639,7 +325,7 @@ class FileSet:
 
         return read
 
-    def _start(self, values: PartitionValues, native: bool = False) -> _OpenFile:
+    def _start(self, values: PartitionValues, native: bool = False) -> OpenFile:
         if len(self._open) >= self._plan.max_open_files:
             _, oldest = self._open.popitem(last=False)
             self._finish(oldest)
@@ -649,53 +335,29 @@ class FileSet:
         local = self._spool / f"{seq:05d}.avro"
         path = self._plan.spec.path(values)
         marker = self._naming.sync_marker(seq)
-        out: _OpenFile
+        spark = self._spark[0] if self._spark is not None else None
+        aggregator = (
+            None
+            if spark is not None
+            else SchemaAggregator(irreconcilable=self._plan.irreconcilable)
+        )
         try:
-            if self._spark is not None and native:
-                out = _BlockFile(
-                    seq,
-                    name,
-                    values,
-                    path,
-                    local,
-                    self._spark[0],
-                    avro_header(self._spark[0], self._plan.codec, marker),
-                )
-            elif self._spark is not None:
-                out = _RecordFile(
-                    seq, name, values, path, local, self._spark[0], self._plan.codec, marker
-                )
-            else:
-                aggregator = SchemaAggregator(irreconcilable=self._plan.irreconcilable)
-                if native:
-                    column = self._plan.payload_column
-                    assert column is not None
-                    out = _NativePayloadFile(
-                        seq,
-                        name,
-                        values,
-                        path,
-                        local,
-                        aggregator,
-                        self._plan.codec,
-                        marker,
-                        column,
-                    )
-                else:
-                    out = _PayloadFile(
-                        seq, name, values, path, local, aggregator, self._plan.codec, marker
-                    )
+            out = open_file(
+                seq, name, values, path, local, codec=self._plan.codec, marker=marker,
+                native=native, spark_schema=spark, aggregator=aggregator,
+                payload_column=self._plan.payload_column,
+            )  # fmt: skip
         except OSError as exc:
             raise StagingError(f"cannot create a local file in {self._spool}: {exc}") from exc
         self._open[values] = out
         self.peak_open_files = max(self.peak_open_files, len(self._open))
         return out
 
-    def _finish(self, out: _OpenFile) -> None:
+    def _finish(self, out: OpenFile) -> None:
         try:
             schema, schema_fingerprint = self._shared(out.finish())
             size = out.local.stat().st_size
-            if isinstance(out, _NativePayloadFile) and out.encoded_natively:
+            if out.encoded_natively:
                 self.native_rows += out.records
         except OSError as exc:
             raise StagingError(f"cannot write the local file {out.local}: {exc}") from exc

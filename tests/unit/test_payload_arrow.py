@@ -20,7 +20,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from kafka_txn_sink.errors import InputError
-from kafka_txn_sink.files import payload_arrow, writer
+from kafka_txn_sink.files import open_file, payload_arrow
 from kafka_txn_sink.files.json_schema import Irreconcilable
 from kafka_txn_sink.files.naming import FileNaming
 from kafka_txn_sink.files.payload_arrow import KEEP_BYTES
@@ -164,7 +164,7 @@ def test_every_file_is_the_row_paths(
     root = tmp_path_factory.mktemp("payloads")
     plan_ = plan(irreconcilable=mode)
     expected = by_rows(plan_, batches(objs, size=3, users=2), root / "rows")
-    with patch.object(writer, "CHUNK_BYTES", chunk_bytes):  # 40: a chunk per batch part
+    with patch.object(open_file, "CHUNK_BYTES", chunk_bytes):  # 40: a chunk per batch part
         got, _ = by_batches(plan_, batches(objs, size=3, users=2), root / "arrow")
     assert_same_files(expected, got)
 
@@ -186,7 +186,7 @@ def test_a_file_read_in_chunks_is_the_row_paths(
     natively: bool,
     keep_bytes: int,
 ) -> None:
-    monkeypatch.setattr(writer, "CHUNK_BYTES", 2_000)
+    monkeypatch.setattr(open_file, "CHUNK_BYTES", 2_000)
     monkeypatch.setattr(payload_arrow, "KEEP_BYTES", keep_bytes)  # 0: every chunk read twice
     payloads = chunked_payloads(third)
     expected = by_rows(plan(partition_by=[]), batches(payloads), tmp_path / "rows")
