@@ -54,11 +54,12 @@ def republishing(pipeline: Pipeline) -> Pipeline:
             "partitionBy": "user",
             "payloadColumn": "payload",
             # Short enough for the coordinator to abort a held batch within the test; the
-            # margin (17.3 s, margin.py) leaves the slow first batch time to pass its check.
-            "transactionTimeoutMs": "30000",
-            # Also the fate probe's deadline: at 1 s a probe on a loaded CI machine found the
-            # aborted record "not settled yet" and failed the batch (two fresh consumers).
-            "commitTimeoutMs": "3000",
+            # margin (21.3 s, margin.py) leaves the slow first batch time to pass its check.
+            "transactionTimeoutMs": "35000",
+            # Also the fate probe's deadline: at 1 s a probe on a loaded CI machine (stop 30)
+            # found the aborted record "not settled yet" and failed the batch; the probe opens
+            # two fresh consumers.
+            "commitTimeoutMs": "5000",
             "commitLogTimeoutMs": "1000",
             "clockSkewMs": "0",
         }
