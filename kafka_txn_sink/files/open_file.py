@@ -16,6 +16,7 @@ import json
 import marshal
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -30,18 +31,30 @@ from kafka_txn_sink.files.payload_spool import CHUNK_BYTES, Chunk
 from kafka_txn_sink.files.plan import Codec
 
 
+@dataclass(frozen=True)
+class FileSlot:
+    """Which file it is: its sequence number in the task, its name, its partition directory's
+    values and path, and the local file it is written to."""
+
+    seq: int
+    name: str
+    values: PartitionValues
+    path: str
+    local: Path
+
+
 class OpenFile(ABC):
     """One file being written; `write` takes what the mode produced for one row (or, on the
     Arrow path, `native` files: what it produced for a part of a batch)."""
 
     native = False
 
-    def __init__(self, seq: int, name: str, values: PartitionValues, path: str, local: Path):
-        self.seq = seq
-        self.name = name
-        self.values = values
-        self.path = path
-        self.local = local  # the Avro file, once finished
+    def __init__(self, slot: FileSlot):
+        self.seq = slot.seq
+        self.name = slot.name
+        self.values = slot.values
+        self.path = slot.path
+        self.local = slot.local  # the Avro file, once finished
         self.records = 0
         self.encoded_natively = False  # its records went through the native encoder
 
@@ -100,18 +113,14 @@ class _RecordFile(OpenFile):
 
     def __init__(
         self,
-        seq: int,
-        name: str,
-        values: PartitionValues,
-        path: str,
-        local: Path,
+        slot: FileSlot,
         schema: dict[str, Any],
         codec: Codec,
         marker: bytes,
     ):
-        super().__init__(seq, name, values, path, local)
+        super().__init__(slot)
         self._schema = schema
-        self._out = _CountingFile(open(local, "wb"))  # noqa: SIM115 - closed in finish/discard
+        self._out = _CountingFile(open(slot.local, "wb"))  # noqa: SIM115 - closed in finish/discard
         # The schema as it is, not fastavro's parsed form: the header must hold the very schema
         # the reference carries (a parsed one is written with full names, no namespace).
         self._writer = Writer(cast(IO[bytes], self._out), schema, codec=codec, sync_marker=marker)
@@ -139,18 +148,14 @@ class _BlockFile(OpenFile):
 
     def __init__(
         self,
-        seq: int,
-        name: str,
-        values: PartitionValues,
-        path: str,
-        local: Path,
+        slot: FileSlot,
         schema: dict[str, Any],
         header: bytes,
     ):
-        super().__init__(seq, name, values, path, local)
+        super().__init__(slot)
         self._schema = schema
         self._marker = header[-_SYNC_SIZE:]
-        self._out = open(local, "wb")  # noqa: SIM115 - closed in finish/discard
+        self._out = open(slot.local, "wb")  # noqa: SIM115 - closed in finish/discard
         self._out.write(header)
         self._header_size = self._size = len(header)
 
@@ -182,22 +187,12 @@ class _BlockFile(OpenFile):
 class _PayloadFile(OpenFile):
     """Payload mode: payloads are aggregated and spooled; the Avro file is written at finish."""
 
-    def __init__(
-        self,
-        seq: int,
-        name: str,
-        values: PartitionValues,
-        path: str,
-        local: Path,
-        aggregator: SchemaAggregator,
-        codec: Codec,
-        marker: bytes,
-    ):
-        super().__init__(seq, name, values, path, local)
+    def __init__(self, slot: FileSlot, aggregator: SchemaAggregator, codec: Codec, marker: bytes):
+        super().__init__(slot)
         self._aggregator = aggregator
         self._codec = codec
         self._marker = marker
-        self._spool_path = local.with_suffix(".spool")
+        self._spool_path = slot.local.with_suffix(".spool")
         self._spool: IO[bytes] = open(self._spool_path, "w+b")  # noqa: SIM115 - closed in finish
 
     def write(self, item: Any) -> None:
@@ -245,17 +240,13 @@ class _NativePayloadFile(_PayloadFile):
 
     def __init__(
         self,
-        seq: int,
-        name: str,
-        values: PartitionValues,
-        path: str,
-        local: Path,
+        slot: FileSlot,
         aggregator: SchemaAggregator,
         codec: Codec,
         marker: bytes,
         column: str,
     ):
-        super().__init__(seq, name, values, path, local, aggregator, codec, marker)
+        super().__init__(slot, aggregator, codec, marker)
         self._column = column
         self._size = 0
         self._chunks: list[Chunk] = []
@@ -341,11 +332,7 @@ def parse_payload(text: str | bytes, column: str) -> dict[str, Any]:
 
 
 def open_file(
-    seq: int,
-    name: str,
-    values: PartitionValues,
-    path: str,
-    local: Path,
+    slot: FileSlot,
     *,
     codec: Codec,
     marker: bytes,
@@ -354,18 +341,15 @@ def open_file(
     aggregator: SchemaAggregator | None,
     payload_column: str | None,
 ) -> OpenFile:
-    """The file for partition directory `path`: of the Spark schema when `spark_schema` is
-    given (whole blocks if `native`), else of JSON payloads (`aggregator`; spooled as Arrow
-    chunks if `native`)."""
+    """The file of `slot`: of the Spark schema when `spark_schema` is given (whole blocks if
+    `native`), else of JSON payloads (`aggregator`; spooled as Arrow chunks if `native`)."""
     if spark_schema is not None and native:
         header = avro_header(spark_schema, codec, marker)
-        return _BlockFile(seq, name, values, path, local, spark_schema, header)
+        return _BlockFile(slot, spark_schema, header)
     if spark_schema is not None:
-        return _RecordFile(seq, name, values, path, local, spark_schema, codec, marker)
+        return _RecordFile(slot, spark_schema, codec, marker)
     assert aggregator is not None
     if native:
         assert payload_column is not None
-        return _NativePayloadFile(
-            seq, name, values, path, local, aggregator, codec, marker, payload_column
-        )
-    return _PayloadFile(seq, name, values, path, local, aggregator, codec, marker)
+        return _NativePayloadFile(slot, aggregator, codec, marker, payload_column)
+    return _PayloadFile(slot, aggregator, codec, marker)

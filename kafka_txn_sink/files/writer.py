@@ -52,7 +52,7 @@ from kafka_txn_sink.errors import InputError, StagingError
 from kafka_txn_sink.files.avro_names import fingerprint
 from kafka_txn_sink.files.json_schema import SchemaAggregator
 from kafka_txn_sink.files.naming import FileNaming, stored_name
-from kafka_txn_sink.files.open_file import OpenFile, open_file, parse_payload
+from kafka_txn_sink.files.open_file import FileSlot, OpenFile, open_file, parse_payload
 from kafka_txn_sink.files.partitioning import PartitionValues
 from kafka_txn_sink.files.plan import FilePlan
 from kafka_txn_sink.files.references import WrittenFile
@@ -343,7 +343,7 @@ class FileSet:
         )
         try:
             out = open_file(
-                seq, name, values, path, local, codec=self._plan.codec, marker=marker,
+                FileSlot(seq, name, values, path, local), codec=self._plan.codec, marker=marker,
                 native=native, spark_schema=spark, aggregator=aggregator,
                 payload_column=self._plan.payload_column,
             )  # fmt: skip
