@@ -27,9 +27,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.protocol.messages import Participant
 from kafka_txn_sink.testing.topics import Seen
@@ -145,19 +146,11 @@ def commit_behind_the_driver(bootstrap: str, participants: Iterable[Participant]
 
 
 def fence(bootstrap: str, transactional_id: str) -> None:
-    """InitProducerId on the id: the epoch the decision recorded is fenced."""
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": transactional_id,
-            "enable.idempotence": True,
-            "acks": "all",
-            "transaction.timeout.ms": 60_000,
-            "socket.timeout.ms": 30_000,
-        }
-    )
-    producer.init_transactions(KAFKA_S)
-    producer.flush(KAFKA_S)
+    """InitProducerId on the id, with the sink's own producer settings: the epoch the decision
+    recorded is fenced."""
+    txn = TaskTransaction(producer_config(bootstrap, {}, transactional_id, 60_000), KAFKA_S)
+    txn.init()
+    txn.detach()
 
 
 def read_before(bootstrap: str, cuts: Mapping[tuple[str, int], int]) -> list[Removed]:
