@@ -112,6 +112,7 @@ def _plan(
         last_decided=started.last_decided,
         run=started.run,
         write=started.write,
+        repair=started.repair,
     )
 
 

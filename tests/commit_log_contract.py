@@ -19,7 +19,9 @@ from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
 from kafka_txn_sink.protocol.messages import (
     Abort,
     Completion,
+    Decision,
     LostParticipant,
+    Participant,
     Republish,
     SinkMeta,
     Triple,
@@ -74,6 +76,26 @@ def completion(
 ) -> Completion:
     """Batch `batch_id` of sink `orders` is complete."""
     return Completion("orders", batch_id, at_ms, lost=lost, republished=republished)
+
+
+def repair_record(batch_id: int, level: int, epoch: int, run: int = 1) -> Decision:
+    """Repair `level` of batch `batch_id`: one transaction writes LOST's rows again."""
+    participant = Participant(
+        partition=4,
+        attempt=0,
+        triple=Triple("orders-1-4", 4003, epoch),
+        rows=10,
+        offsets={"events_out": {1: (60, 69)}},
+        digest="10-00ff",
+    )
+    return replace(
+        make_decision(batch_id),
+        participants=(participant,),
+        run=run,
+        level=level,
+        repaired=(LOST.triple,),
+        refused=(replace(LOST, triple=Triple("orders-1-2", 4001, 3), reason="refused"),),
+    )
 
 
 def abort_record(batch_id: int, round_: int) -> Abort:
@@ -253,6 +275,40 @@ class CommitLogContract:
         log.put_decision(make_decision(8))
         log.write_hint(8)  # wrong: batch 8 has no completion
         assert log.incomplete_batches() == [8]
+
+    # -- repairs (protocol/repair.py) --------------------------------------------------------
+
+    def test_a_repair_level_is_written_once_and_the_first_wins(
+        self, log: CommitLog, place: LogPlace
+    ) -> None:
+        log.put_decision(make_decision(3))
+        first, rival = repair_record(3, 1, epoch=5), repair_record(3, 1, epoch=6, run=2)
+        assert log.repair(3, 1) is None and log.repairs(3) == []
+        assert log.put_repair(first) == first
+        assert place.open().put_repair(rival) == first
+        assert log.repair(3, 1) == first
+        assert log.decision(3) == make_decision(3)  # a repair decides nothing new
+
+    def test_repairs_are_read_by_level_and_their_completions_apart(
+        self, log: CommitLog, place: LogPlace
+    ) -> None:
+        log.put_decision(make_decision(3))
+        log.put_completion(completion(3, lost=(LOST,)))
+        repairs = [repair_record(3, level, epoch=level) for level in (1, 2)]
+        for repair in repairs:
+            log.put_repair(repair)
+        done = replace(completion(3, lost=(replace(LOST, digest="1-ab"),)), level=1)
+        assert log.put_completion(done) == done
+        reader = place.open()
+        assert reader.repairs(3) == repairs
+        assert reader.completion(3) == completion(3, lost=(LOST,))
+        assert reader.completion(3, 1) == done
+        assert reader.completion(3, 2) is None
+        assert reader.incomplete_batches() == []
+
+    def test_a_repair_needs_a_level(self, log: CommitLog) -> None:
+        with pytest.raises(CommitLogError, match="level of 1 or more"):
+            log.put_repair(replace(repair_record(3, 1, epoch=1), level=0))
 
     # -- republish rounds --------------------------------------------------------------------
 

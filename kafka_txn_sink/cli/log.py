@@ -26,6 +26,7 @@ from kafka_txn_sink.cli.common import (
 from kafka_txn_sink.cli.render import Output, Payload, iso
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.protocol.messages import Abort, Completion, Decision
+from kafka_txn_sink.protocol.repair import batch_levels
 
 
 def add_parser(commands: Any) -> None:
@@ -58,6 +59,7 @@ def batch_row(commit_log: CommitLog, batch_id: int) -> Payload:
     if decision is None:
         raise CliError(f"batch {batch_id} has no decision in {commit_log.uri}", REFUSED)
     completion = commit_log.completion(batch_id)
+    levels = batch_levels(commit_log, decision)
     return {
         "batch": batch_id,
         "run": decision.run,
@@ -67,7 +69,8 @@ def batch_row(commit_log: CommitLog, batch_id: int) -> Payload:
         "participants": len(decision.participants),
         "completed": completion is not None,
         "completed_at_ms": completion.completed_at_ms if completion else None,
-        "lost_rows": sum(x.rows for x in completion.lost) if completion else 0,
+        "lost_rows": sum(x.rows for x in [*levels.waiting(), *levels.refused()]),
+        "repaired_rows": levels.repaired_rows(),
     }
 
 
@@ -81,7 +84,8 @@ def batch_rows(commit_log: CommitLog, limit: int = 0) -> tuple[list[Payload], in
 def batches_table(rows: Sequence[Payload], title: str | None = None) -> Table:
     """The table of `log list` for rows from `batch_rows`."""
     table = Table(title=title, title_justify="left")
-    for name in ("batch", "run", "decided at", "rows", "participants", "completed", "lost rows"):
+    names = ("batch", "run", "decided at", "rows", "participants", "completed", "lost rows")
+    for name in (*names, "repaired rows"):
         table.add_column(name, justify="right" if name != "decided at" else "left")
     for row in rows:
         table.add_row(
@@ -92,6 +96,7 @@ def batches_table(rows: Sequence[Payload], title: str | None = None) -> Table:
             f"{row['participants']}/{row['tasks']}",
             "yes" if row["completed"] else "[bold red]no[/]",
             str(row["lost_rows"]) if row["lost_rows"] else "-",
+            str(row.get("repaired_rows") or "-"),
         )
     return table
 
@@ -123,15 +128,18 @@ def cmd_log_show(args: argparse.Namespace, out: Output) -> int:
     aborted = [commit_log.outcome(args.batch, r) for r in range(round_)]
     if decision is None:
         closed = f"; round(s) 0-{round_ - 1} were aborted" if round_ else ""
-        raise CliError(
-            f"batch {args.batch} has no decision in {commit_log.uri}{closed}", REFUSED
-        )
+        raise CliError(f"batch {args.batch} has no decision in {commit_log.uri}{closed}", REFUSED)
     completion = commit_log.completion(args.batch)
+    levels = batch_levels(commit_log, decision)
     payload = {
         "log": commit_log.uri,
         "decision": _record_json(decision),
         "aborted_rounds": [_record_json(a) for a in aborted if a is not None],
         "completion": _record_json(completion) if completion else None,
+        "repairs": [
+            {"repair": _record_json(r), "completion": _record_json(c) if c else None}
+            for r, c in zip(levels.levels[1:], levels.completions[1:], strict=True)
+        ],
     }
     out.emit(payload, _render_log_show)
     return OK
@@ -169,6 +177,23 @@ def _render_log_show(payload: Payload, console: Console) -> None:
     console.print(_participants_table(decision["participants"], "participants"))
     if completion and completion["lost"]:
         console.print(_participants_table(completion["lost"], "[bold red]lost[/]"))
+    for level in payload.get("repairs", ()):
+        _render_repair(level["repair"], level["completion"], console)
+
+
+def _render_repair(repair: Payload, completion: Payload | None, console: Console) -> None:
+    done = f"completed at {iso(completion['completed_at_ms'])}" if completion else "not completed"
+    console.print(
+        f"repair {repair['level']} (run {repair.get('run', '-')}, "
+        f"{iso(repair['decided_at_ms'])}, {done}): {len(repair['repaired'])} lost "
+        f"transaction(s) written again, {len(repair['refused'])} refused"
+    )
+    console.print(_participants_table(repair["participants"], f"repair {repair['level']}"))
+    if repair["refused"]:
+        title = f"[bold red]refused by repair {repair['level']}: lost for good[/]"
+        console.print(_participants_table(repair["refused"], title))
+    if completion and completion["lost"]:
+        console.print(_participants_table(completion["lost"], "[bold red]lost again[/]"))
 
 
 def _participants_table(rows: Sequence[Payload], title: str) -> Table:

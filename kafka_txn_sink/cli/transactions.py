@@ -55,6 +55,7 @@ from kafka_txn_sink.protocol.recover import (
     incomplete_decisions,
     sink_holdings,
 )
+from kafka_txn_sink.protocol.repair import batch_levels
 
 if TYPE_CHECKING:
     from kafka_txn_sink.files.republish import Republisher
@@ -138,6 +139,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         "last_decided": _decided_json(latest, now),
         "last_completed": last_completed(commit_log, latest, incomplete),
         "incomplete": incomplete,
+        "last_batch_repairs": _repairs_json(commit_log, latest),
         "open_transactions": [_open_json(t, holdings, now) for t in holdings.open],
     }
     out.emit(payload, _render_status)
@@ -155,6 +157,19 @@ def last_completed(
     # Rare: the newest batch is incomplete, so look through the whole log.
     done = [b for b in commit_log.decided_batches() if b not in set(incomplete)]
     return done[-1] if done else None
+
+
+def _repairs_json(commit_log: CommitLog, latest: Decision | None) -> Payload | None:
+    """The last decided batch's repairs (protocol/repair.py) and the rows still lost."""
+    if latest is None:
+        return None
+    levels = batch_levels(commit_log, latest)
+    return {
+        "repairs": len(levels.levels) - 1,
+        "repaired_rows": levels.repaired_rows(),
+        "waiting_rows": sum(x.rows for x in levels.waiting()),
+        "refused_rows": sum(x.rows for x in levels.refused()),
+    }
 
 
 def _decided_json(latest: Decision | None, now: int) -> Payload | None:
@@ -210,6 +225,14 @@ def _render_status(payload: Payload, console: Console) -> None:
         "incomplete batches",
         ", ".join(map(str, incomplete)) if incomplete else "none",
     )
+    repairs = payload.get("last_batch_repairs")
+    if repairs and (repairs["repairs"] or repairs["waiting_rows"]):
+        summary.add_row(
+            "last batch's repairs",
+            f"{repairs['repairs']} ({repairs['repaired_rows']} rows written again; "
+            f"{repairs['waiting_rows']} rows wait for a replay; {repairs['refused_rows']} rows "
+            "refused, lost)",
+        )
     summary.add_row("open transactions", str(len(payload["open_transactions"])))
     console.print(summary)
     if payload["open_transactions"]:
@@ -272,9 +295,7 @@ def plan_recovery(
     """Roll forward every incomplete decision; abort every open transaction nothing holds and
     no run can still decide; list the live rest."""
     holdings = sink_holdings(sink_id, commit_log, txn_admin, clock_skew_ms=clock_skew_ms)
-    return Plan(
-        incomplete_decisions(commit_log), holdings.stale(), holdings.live(), holdings.why
-    )
+    return Plan(incomplete_decisions(commit_log), holdings.stale(), holdings.live(), holdings.why)
 
 
 def cmd_recover(args: argparse.Namespace, out: Output) -> int:
@@ -413,7 +434,8 @@ def _render_outcome(payload: Payload, console: Console) -> None:
         if batch["lost_rows"]:
             console.print(
                 f"[bold red]batch {batch['batch']} lost {batch['lost_rows']} rows[/]: the "
-                f"broker had aborted a participant; see `log show {batch['batch']}`"
+                f"broker had aborted a participant; the query's next run replays the batch "
+                f"and writes them again (repair); see `log show {batch['batch']}`"
             )
     if not result["ok"]:
         failed = [a for a in result["aborted"] if a["error"]]

@@ -96,8 +96,23 @@ class CommitLog(Protocol):
         wins)."""
         ...
 
-    def completion(self, batch_id: int) -> Completion | None:
-        """The completion marker of `batch_id`, or None while the batch is not complete."""
+    def completion(self, batch_id: int, level: int = 0) -> Completion | None:
+        """The completion marker of `batch_id` (of its repair `level`, if not 0), or None while
+        that is not complete."""
+        ...
+
+    def put_repair(self, repair: Decision) -> Decision:
+        """Put-if-absent per (batch, `repair.level`); returns the repair there afterwards
+        (another run's, if it put that level first). A repair is a `Decision` at a level >= 1
+        (protocol/repair.py)."""
+        ...
+
+    def repair(self, batch_id: int, level: int) -> Decision | None:
+        """The repair of `batch_id` at `level` (>= 1), or None."""
+        ...
+
+    def repairs(self, batch_id: int) -> list[Decision]:
+        """Every repair of `batch_id`, by level ascending (levels fill in order)."""
         ...
 
     def put_republish(self, republish: Republish) -> Republish:
@@ -280,6 +295,28 @@ class CommitLogBase(ABC):
     def put_completion(self, completion: Completion) -> Completion:
         """Mark the batch complete; if it already is, the marker already there wins."""
         return self._put_same_kind(completion)
+
+    def put_repair(self, repair: Decision) -> Decision:
+        """Record a repair level; if the level is recorded already, that repair wins."""
+        if repair.level < 1:
+            raise CommitLogError(f"a repair has a level of 1 or more, got {repair.level}")
+        found = self._put(repair)
+        if found is None:
+            return repair
+        if not isinstance(found, Decision) or found.level != repair.level:
+            raise CommitLogError(f"{self.uri} holds a {type(found).__name__} at {repair}'s key")
+        return found
+
+    @abstractmethod
+    def repair(self, batch_id: int, level: int) -> Decision | None:
+        """The repair of `batch_id` at `level`, or None."""
+
+    def repairs(self, batch_id: int) -> list[Decision]:
+        """Every repair of `batch_id`, by level ascending: read until the first missing level."""
+        found: list[Decision] = []
+        while (repair := self.repair(batch_id, len(found) + 1)) is not None:
+            found.append(repair)
+        return found
 
     def put_republish(self, republish: Republish) -> Republish:
         """Record a republish round; if the round is recorded already, that record wins."""

@@ -76,7 +76,9 @@ from kafka_txn_sink.commit_log.delta_rows import (
     RELEASE,
     SCHEMA,
     SINK,
+    completion_kind,
     outcome_kind,
+    repair_kind,
     republish_kind,
     row_of,
 )
@@ -183,15 +185,19 @@ class DeltaCommitLog(CommitLogBase):
         found = None if table is None else self._record(table, kind, batch_id)
         return None if found is None else self._parse(kind, batch_id, found, parse_outcome)
 
-    def completion(self, batch_id: int) -> Completion | None:
-        """The completion marker of `batch_id`, or None."""
+    def completion(self, batch_id: int, level: int = 0) -> Completion | None:
+        """The completion marker of `batch_id`'s decision (or of its repair `level`), or None."""
         table = self._current()
-        if table is None:
-            return None
-        found = self._record(table, COMPLETION, batch_id)
-        if found is None:
-            return None
-        return self._parse(COMPLETION, batch_id, found, Completion.from_json)
+        kind = completion_kind(level)
+        found = None if table is None else self._record(table, kind, batch_id)
+        return None if found is None else self._parse(kind, batch_id, found, Completion.from_json)
+
+    def repair(self, batch_id: int, level: int) -> Decision | None:
+        """The repair of `batch_id` at `level`, or None."""
+        table = self._current()
+        kind = repair_kind(level)
+        found = None if table is None else self._record(table, kind, batch_id)
+        return None if found is None else self._parse(kind, batch_id, found, Decision.from_json)
 
     def republish(self, batch_id: int, round_: int) -> Republish | None:
         """Round `round_` of `batch_id`'s republishing, or None."""

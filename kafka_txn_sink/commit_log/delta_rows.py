@@ -3,7 +3,8 @@
 Each record is a row of its kind (the partition column) and batch id, with the record's exact
 JSON in `record` and a few columns copied out of it for SQL readers. A batch's outcome key is
 kind `decision` for round 0 and `decision_<round>` after it; it holds a decision or an abort
-record (`messages.Abort`), whose JSON says which.
+record (`messages.Abort`), whose JSON says which. A repair of a batch is kind `repair_<level>`,
+and its completion `completion_<level>`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from kafka_txn_sink.protocol.messages import (
 
 SINK, DECISION, COMPLETION = "sink", "decision", "completion"
 OWNER, RELEASE = "owner", "release"
-REPUBLISH = "republish"
+REPUBLISH, REPAIR = "republish", "repair"
 
 PARTITION_COLUMNS = ["kind"]
 
@@ -68,16 +69,19 @@ SCHEMA = pa.schema(
     ]
 )
 
+
 def row_of(record: Record) -> tuple[str, int | None, pa.Table]:
     """(kind, batch id, row) of a record: put-if-absent keys on (kind, batch id)."""
     if isinstance(record, SinkMeta):
         return SINK, None, _sink_row(record)
     if isinstance(record, Decision):
-        return outcome_kind(record.round), record.batch_id, _decision_row(record)
+        kind = repair_kind(record.level) if record.level else outcome_kind(record.round)
+        return kind, record.batch_id, _decision_row(kind, record)
     if isinstance(record, Abort):
         return outcome_kind(record.round), record.batch_id, _abort_row(record)
     if isinstance(record, Completion):
-        return COMPLETION, record.batch_id, _completion_row(record)
+        kind = completion_kind(record.level)
+        return kind, record.batch_id, _completion_row(kind, record)
     if isinstance(record, Owner):
         return OWNER, record.run, _run_row(OWNER, record, record.started_at_ms)
     if isinstance(record, Release):
@@ -95,7 +99,7 @@ def _sink_row(meta: SinkMeta) -> pa.Table:
     )
 
 
-def _decision_row(decision: Decision) -> pa.Table:
+def _decision_row(kind: str, decision: Decision) -> pa.Table:
     participants = [
         {
             "partition": p.partition,
@@ -108,7 +112,7 @@ def _decision_row(decision: Decision) -> pa.Table:
         for p in decision.participants
     ]
     return _table(
-        kind=outcome_kind(decision.round),
+        kind=kind,
         batch_id=decision.batch_id,
         sink_id=decision.sink_id,
         query_id=decision.query_id,
@@ -121,7 +125,7 @@ def _decision_row(decision: Decision) -> pa.Table:
     )
 
 
-def _completion_row(completion: Completion) -> pa.Table:
+def _completion_row(kind: str, completion: Completion) -> pa.Table:
     lost = [
         {
             "partition": x.partition,
@@ -134,7 +138,7 @@ def _completion_row(completion: Completion) -> pa.Table:
         for x in completion.lost
     ]
     return _table(
-        kind=COMPLETION,
+        kind=kind,
         batch_id=completion.batch_id,
         sink_id=completion.sink_id,
         recorded_at_ms=completion.completed_at_ms,
@@ -183,6 +187,19 @@ def _abort_row(abort: Abort) -> pa.Table:
         format_version=abort.version,
         record=abort.to_json().decode(),
     )
+
+
+def repair_kind(level: int) -> str:
+    """The kind of a repair's row (protocol/repair.py): `repair_<level>`, level >= 1."""
+    check_round(level - 1)
+    return f"{REPAIR}_{level}"
+
+
+def completion_kind(level: int) -> str:
+    """The kind of a completion's row: `completion` for a decision, `completion_<level>` for
+    a repair."""
+    check_round(level)
+    return COMPLETION if level == 0 else f"{COMPLETION}_{level}"
 
 
 def outcome_kind(round_: int) -> str:

@@ -8,6 +8,8 @@ Layout under the root:
     decisions/00000000000000000042-001.json  round 1 of batch 42's outcome, after an Abort
     completions/00000000000000000042.json every participant of batch 42 is settled (Completion)
     republish/00000000000000000042-000.json references of batch 42 published again (Republish)
+    repairs/00000000000000000042-001.json   rows of batch 42 written again, level 1 (a Decision)
+    completions/00000000000000000042-001.json  that repair is settled (Completion, level 1)
     owners/00000000000000000003.json    run 3 of the query took the sink over (Owner)
     releases/00000000000000000003.json  run 3 stopped and freed its id slot (Release)
     _hints/last_completed.json          a batch id at or below which everything is complete
@@ -56,6 +58,7 @@ SINK = "_sink.json"
 DECISIONS = "decisions/"
 COMPLETIONS = "completions/"
 REPUBLISH = "republish/"
+REPAIRS = "repairs/"
 OWNERS = "owners/"
 RELEASES = "releases/"
 HINT = "_hints/last_completed.json"
@@ -99,13 +102,25 @@ class JsonCommitLog(CommitLogBase):
             )
         return found
 
-    def completion(self, batch_id: int) -> Completion | None:
-        """The completion marker of `batch_id`, or None."""
-        found = self._read(completion_name(batch_id), Completion.from_json)
-        if found is not None and found.batch_id != batch_id:
+    def completion(self, batch_id: int, level: int = 0) -> Completion | None:
+        """The completion marker of `batch_id`'s decision (or of its repair `level`), or None."""
+        name = completion_name(batch_id, level)
+        found = self._read(name, Completion.from_json)
+        if found is not None and (found.batch_id, found.level) != (batch_id, level):
             raise CommitLogError(
-                f"{self.uri}/{completion_name(batch_id)} holds the completion of batch "
-                f"{found.batch_id}"
+                f"{self.uri}/{name} holds the completion of batch {found.batch_id} (level "
+                f"{found.level})"
+            )
+        return found
+
+    def repair(self, batch_id: int, level: int) -> Decision | None:
+        """The repair of `batch_id` at `level`, or None."""
+        name = repair_name(batch_id, level)
+        found = self._read(name, Decision.from_json)
+        if found is not None and (found.batch_id, found.level) != (batch_id, level):
+            raise CommitLogError(
+                f"{self.uri}/{name} holds the repair of batch {found.batch_id} (level "
+                f"{found.level})"
             )
         return found
 
@@ -250,9 +265,22 @@ def outcome_name(batch_id: int, round_: int) -> str:
     return name if round_ == 0 else f"{name[:-5]}-{round_:03d}.json"
 
 
-def completion_name(batch_id: int) -> str:
-    """`completions/<batch:020d>.json`."""
-    return _batch_name(COMPLETIONS, batch_id)
+def completion_name(batch_id: int, level: int = 0) -> str:
+    """`completions/<batch:020d>.json`; `completions/<batch:020d>-<level:03d>.json` for the
+    completion of a repair."""
+    return _leveled(COMPLETIONS, batch_id, level)
+
+
+def repair_name(batch_id: int, level: int) -> str:
+    """`repairs/<batch:020d>-<level:03d>.json`, level >= 1."""
+    check_round(level - 1)
+    return _leveled(REPAIRS, batch_id, level)
+
+
+def _leveled(prefix: str, batch_id: int, level: int) -> str:
+    check_round(level)
+    name = _batch_name(prefix, batch_id)
+    return name if level == 0 else f"{name[:-5]}-{level:03d}.json"
 
 
 def republish_name(batch_id: int, round_: int) -> str:
@@ -264,10 +292,12 @@ def republish_name(batch_id: int, round_: int) -> str:
 def _name_of(record: Record) -> str:
     if isinstance(record, SinkMeta):
         return SINK
+    if isinstance(record, Decision) and record.level:
+        return repair_name(record.batch_id, record.level)
     if isinstance(record, Decision | Abort):
         return outcome_name(record.batch_id, record.round)
     if isinstance(record, Completion):
-        return completion_name(record.batch_id)
+        return completion_name(record.batch_id, record.level)
     if isinstance(record, Owner):
         return _batch_name(OWNERS, record.run)
     if isinstance(record, Release):

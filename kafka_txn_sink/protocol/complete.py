@@ -97,7 +97,7 @@ class Settler:
             TransactionFateUnknownError: a participant's fate cannot be read from the log any
                 more; nothing is written or published again, and asking again gives the same.
         """
-        existing = self._log.completion(decision.batch_id)
+        existing = self._log.completion(decision.batch_id, decision.level)
         if existing is not None:
             return Settled(existing, newly_written=False)
         lost = self._commit_all(decision)
@@ -108,6 +108,7 @@ class Settler:
             completed_at_ms=now_ms(),
             lost=tuple(_lost(p, reason) for p, reason in lost if _still_lost(p, republish)),
             republished=republish.partitions if republish is not None else (),
+            level=decision.level,
         )
         stored = self._log.put_completion(completion)
         return Settled(stored, newly_written=stored == completion)
@@ -122,9 +123,7 @@ class Settler:
 
     def abort(self, triples: Iterable[Triple]) -> list[EndTxnResult]:
         """EndTxn(abort) for exactly these triples; the coordinator's answers."""
-        return self._txn_admin.end_transactions(
-            triples, commit=False, deadline_s=self._deadline_s
-        )
+        return self._txn_admin.end_transactions(triples, commit=False, deadline_s=self._deadline_s)
 
     def _republish(self, decision: Decision, lost: Sequence[Participant]) -> Republish | None:
         """Publish the file references of `lost` once more; the round that did it.
@@ -277,6 +276,7 @@ class Settler:
         )
         return answer
 
+
 # How a loss's cause reads in its reason (and how the advice finds it).
 FENCED = "fenced by another attempt or run"
 TIMED_OUT = "aborted by the coordinator's transaction timeout"
@@ -306,6 +306,7 @@ def _lost(participant: Participant, reason: str) -> LostParticipant:
         rows=participant.rows,
         offsets=participant.offsets,
         reason=reason,
+        digest=participant.digest,
     )
 
 
@@ -330,5 +331,6 @@ def _loss_message(completion: Completion) -> str:
     return (
         f"batch {completion.batch_id} of sink {completion.sink_id} was decided but part of it "
         f"was aborted before it could be committed: {parts}. The loss is recorded in the commit "
-        f"log; the restarted query continues after it. {' '.join(advice)}"
+        f"log. Spark runs the batch again, and its replay writes these rows again (repair: the "
+        f"query must produce the same rows per input partition). {' '.join(advice)}"
     ).rstrip()

@@ -16,7 +16,9 @@
    answer (a timeout, a 5xx) may still land: the batch is then in doubt
    (`DecisionInDoubtError`), and nothing of it is aborted until a record holds the key;
 6. completes the batch (complete.py): EndTxn(commit) for every participant, settled by a probe
-   when it errs, then the completion marker;
+   when it errs, then the completion marker; a replay of a batch whose decided transactions
+   the brokers aborted repairs them with its tasks' new transactions (repair.py), and the batch
+   passes only when none of its rows waits for a repair;
 7. runs the clean-up of this sink's leftovers when it is due (recover.py).
 `abort` first closes the batch's open round with an abort record (put-if-absent, racing any
 decision write still in flight for that key); only when that record holds the key does it abort
@@ -50,6 +52,7 @@ from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import Abort, Decision, Participant, now_ms
 from kafka_txn_sink.protocol.prepare import BatchWrite
 from kafka_txn_sink.protocol.recover import CleanupSchedule, clean_up
+from kafka_txn_sink.protocol.repair import Repairer, held_by_repairs, remember_lossless
 from kafka_txn_sink.protocol.runs import RunRef, check_current, check_decided_by, release
 from kafka_txn_sink.protocol.session import cleanup_schedule, driver_session
 from kafka_txn_sink.protocol.task_commit import TaskCommit
@@ -160,11 +163,14 @@ class Committer:
                 self._options.sink_id,
             )
             self._make_cleanup_due("a decided batch was rolled forward")
-        if self._abort_undecided(tasks, decision):
+        if self._abort_undecided([t for t in tasks if t.level == 0], decision):
             self._make_cleanup_due("prepared transactions outside the decision were aborted")
         if any(t.attempt > 0 for t in tasks):
             self._make_cleanup_due("a task of the batch was retried")
-        self._settler.complete_or_raise_loss(decision)
+        completion = self._settler.complete_or_raise_loss(decision)
+        remember_lossless(self._log, completion)
+        if completion.lost or any(t.level > 0 for t in tasks):
+            self._repairer().finish(decision, tasks)
         failpoints.fire("driver.after_completion", batch_id)
         if self._cleanup is None or self._cleanup.take_due():
             self._clean_up()
@@ -186,7 +192,8 @@ class Committer:
             )
             return
         if decision is not None:
-            self._abort_undecided(tasks, decision)
+            held = held_by_repairs(self._log, decision) if any(t.level for t in tasks) else set()
+            self._abort_undecided([t for t in tasks if t.triple not in held], decision)
         else:
             self.abort_prepared(tasks)
         if len(tasks) < len(messages) or not messages:
@@ -220,6 +227,16 @@ class Committer:
         for result in self._settler.abort(prepared):
             if not result.ok:
                 log.warning("abort of %s failed: %s", result.triple, result.error)
+
+    def _repairer(self) -> Repairer:
+        return Repairer(
+            self._options.sink_id,
+            self._log,
+            self._txn_admin,
+            self._settler,
+            self._run,
+            self._options.margin_ms,
+        )
 
     def _clean_up(self) -> None:
         clean_up(self._options.sink_id, self._log, self._txn_admin, self._settler, self._run)

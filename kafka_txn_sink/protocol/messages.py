@@ -89,6 +89,8 @@ class Participant:
     rows: int
     offsets: OffsetRanges
     files: tuple[FileRef, ...] = ()
+    # The records' digest (records/digest.py): what a repair matches a replayed task by.
+    digest: str = ""
 
     @property
     def transactional_id(self) -> str:
@@ -111,6 +113,7 @@ class Participant:
             rows=task.rows,
             offsets=task.offsets,
             files=task.files,
+            digest=task.digest,
         )
 
 
@@ -130,6 +133,12 @@ class Decision:
     # The round of the batch's outcome key it holds: 0 unless abort records closed the rounds
     # before it (`Abort`).
     round: int = 0
+    # A repair (protocol/repair.py) is a decision at `level` >= 1 of a decided batch: its
+    # participants write again the records of the lost transactions `repaired` names;
+    # `refused` are the lost ones no replayed task wrote again (kept lost for good).
+    level: int = 0
+    repaired: tuple[Triple, ...] = ()
+    refused: tuple[LostParticipant, ...] = ()
 
     def same_decision(self, other: Decision) -> bool:
         """Equal in everything but the time it was made: a repeated write of our own decision."""
@@ -143,6 +152,9 @@ class Decision:
             and self.rows == other.rows
             and self.run == other.run
             and self.round == other.round
+            and self.level == other.level
+            and self.repaired == other.repaired
+            and self.refused == other.refused
         )
 
     def output_ranges(self) -> OffsetRanges:
@@ -168,7 +180,13 @@ class Decision:
             body.pop("run")  # a log written before runs existed keeps its records as they were
         if not self.round:
             body.pop("round")  # round 0: the record reads as it did before rounds existed
-        return _dump("decision", body)
+        for name in ("level", "repaired", "refused"):
+            body.pop(name)  # a decision reads as it did before repairs existed
+        if self.level:
+            body["level"] = self.level
+            body["repaired"] = [t.to_json() for t in self.repaired]
+            body["refused"] = [_lost_json(x) for x in self.refused]
+        return _dump("repair" if self.level else "decision", body)
 
     @classmethod
     def from_json(cls, data: bytes) -> Decision:
@@ -177,7 +195,7 @@ class Decision:
         Raises:
             CommitLogError: `data` is not such a record, or from a newer format.
         """
-        body = _load("decision", data)
+        body = _load(("decision", "repair"), data)
         try:
             return cls(
                 sink_id=body["sink_id"],
@@ -190,6 +208,9 @@ class Decision:
                 version=int(body["version"]),
                 run=int(body["run"]) if body.get("run") is not None else None,
                 round=int(body.get("round", 0)),
+                level=int(body.get("level", 0)),
+                repaired=tuple(Triple.from_json(t) for t in body.get("repaired", ())),
+                refused=tuple(_lost_from(x) for x in body.get("refused", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(f"malformed decision record: {exc!r}") from exc
@@ -267,6 +288,7 @@ class LostParticipant:
     rows: int
     offsets: OffsetRanges
     reason: str
+    digest: str = ""  # its participant's: a replayed task with the same digest repairs it
 
     @property
     def transactional_id(self) -> str:
@@ -336,17 +358,18 @@ class Completion:
     lost: tuple[LostParticipant, ...] = ()
     version: int = FORMAT_VERSION
     republished: tuple[int, ...] = ()
+    level: int = 0  # the level it settles: 0 the decision, >= 1 that repair
 
     def to_json(self) -> bytes:
         """The record as the commit log stores it (sorted, compact JSON)."""
         body = asdict(self)
-        body["lost"] = [
-            {**_flat(asdict(x)), "offsets": _offsets_json(x.offsets)} for x in self.lost
-        ]
+        body["lost"] = [_lost_json(x) for x in self.lost]
         if self.republished:
             body["republished"] = list(self.republished)
         else:
             body.pop("republished")  # records mode keeps its records as they were
+        if not self.level:
+            body.pop("level")
         return _dump("completion", body)
 
     @classmethod
@@ -358,10 +381,7 @@ class Completion:
         """
         body = _load("completion", data)
         try:
-            lost = tuple(
-                LostParticipant(**{**_nested(x), "offsets": _offsets_from(x["offsets"])})
-                for x in body.get("lost", [])
-            )
+            lost = tuple(_lost_from(x) for x in body.get("lost", []))
             return cls(
                 sink_id=body["sink_id"],
                 batch_id=int(body["batch_id"]),
@@ -369,6 +389,7 @@ class Completion:
                 lost=lost,
                 version=int(body["version"]),
                 republished=tuple(int(p) for p in body.get("republished", ())),
+                level=int(body.get("level", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(f"malformed completion record: {exc!r}") from exc
@@ -497,7 +518,20 @@ def _participant_json(participant: Participant) -> dict[str, Any]:
     }
     if participant.files:  # records mode keeps its records as they were
         body["files"] = [f.to_json() for f in participant.files]
+    if participant.digest:
+        body["digest"] = participant.digest
     return body
+
+
+def _lost_json(lost: LostParticipant) -> dict[str, Any]:
+    body = {**_flat(asdict(lost)), "offsets": _offsets_json(lost.offsets)}
+    if not lost.digest:
+        body.pop("digest")
+    return body
+
+
+def _lost_from(body: dict[str, Any]) -> LostParticipant:
+    return LostParticipant(**{**_nested(body), "offsets": _offsets_from(body["offsets"])})
 
 
 def _participant_from(body: dict[str, Any]) -> Participant:
@@ -542,13 +576,16 @@ def _dump(kind: str, body: dict[str, Any]) -> bytes:
     return json.dumps({"kind": kind, **body}, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _load(kind: str, data: bytes) -> dict[str, Any]:
+def _load(kinds: str | tuple[str, ...], data: bytes) -> dict[str, Any]:
+    wanted = (kinds,) if isinstance(kinds, str) else kinds
+    what = " or ".join(wanted)
     try:
         body = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise CommitLogError(f"{kind} record is not JSON: {exc}") from exc
-    if not isinstance(body, dict) or body.get("kind") != kind:
-        raise CommitLogError(f"expected a {kind} record, found {str(body)[:200]!r}")
+        raise CommitLogError(f"{what} record is not JSON: {exc}") from exc
+    if not isinstance(body, dict) or body.get("kind") not in wanted:
+        raise CommitLogError(f"expected a {what} record, found {str(body)[:200]!r}")
+    kind = body["kind"]
     version = body.get("version")
     if not isinstance(version, int):
         raise CommitLogError(f"{kind} record has no valid format version: {version!r}")

@@ -34,6 +34,7 @@ from kafka_txn_sink.kafka.producer import TaskTransaction
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.protocol.output import TaskOutput
+from kafka_txn_sink.protocol.repair import RepairPlan
 from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 from kafka_txn_sink.protocol.txn_ids import transactional_id
@@ -92,6 +93,7 @@ class TaskPlan:
     last_decided: int | None
     run: RunRef
     write: BatchWrite | None = None  # a batch write; None in a streaming query
+    repair: RepairPlan | None = None  # what a replay of the latest decided batch writes again
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,12 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
     task = current_task(plan)
     _check_query_id(plan, task.query_id)
     skipped = TaskCommit(task.query_id, task.batch_id, task.partition, task.attempt, "skipped")
+    level = 0
     if decided(plan, task.batch_id):
-        return skipped
+        level = repair_level(plan, task.batch_id)
+        if not level:
+            return skipped
+        skipped = replace(skipped, level=level)
     options = plan.options
     txn = TaskTransaction(
         options.producer_config(
@@ -125,7 +131,7 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
         ),
         options.client_timeout_s,
     )
-    outputs = open_outputs(plan, txn, task)
+    outputs = open_outputs(plan, txn, task, records_only=level > 0)
     try:
         txn.init()
         failpoints.fire("task.after_init", task.batch_id)
@@ -150,7 +156,20 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
         offsets=prepared.offsets,
         prepared_at_ms=prepared.prepared_at_ms,
         files=files,
+        digest=next((o.digest() for o in outputs if isinstance(o, RecordsOutput)), ""),
     )
+
+
+def repair_level(plan: TaskPlan, batch_id: int) -> int:
+    """The repair level a task of decided batch `batch_id` writes at (protocol/repair.py), or 0
+    when it writes nothing: no repair is planned for the batch, or its level is recorded
+    already (this is a late attempt; initialising the id now could fence the repair)."""
+    repair = plan.repair
+    if repair is None or repair.batch_id != batch_id or plan.columns is None:
+        return 0
+    options = plan.options
+    commit_log = open_commit_log(options.commit_log, options.s3, options.commit_log_format)
+    return 0 if commit_log.repair(batch_id, repair.level) is not None else repair.level
 
 
 def current_task(plan: TaskPlan) -> TaskIdentity:
@@ -199,14 +218,17 @@ def refuse_speculation(value: str | None) -> None:
         )
 
 
-def open_outputs(plan: TaskPlan, txn: TaskTransaction, task: TaskIdentity) -> list[TaskOutput]:
-    """The task's outputs, bound to its transaction: records mode first, then files mode."""
+def open_outputs(
+    plan: TaskPlan, txn: TaskTransaction, task: TaskIdentity, records_only: bool = False
+) -> list[TaskOutput]:
+    """The task's outputs, bound to its transaction: records mode first, then files mode
+    (not in a repair: files mode publishes lost references again itself, complete.py)."""
     outputs: list[TaskOutput] = []
     files = plan.options.files
     if plan.columns is not None:
         references = files.references_topic if files is not None else None
         outputs.append(RecordsOutput(txn, plan.columns, plan.options.topic, references))
-    if plan.files_plan is not None:
+    if plan.files_plan is not None and not records_only:
         # Imported here: a records-only sink never loads files mode (fastavro, the Avro stack).
         from kafka_txn_sink.files.output import FilesOutput
 

@@ -25,6 +25,7 @@ from kafka_txn_sink.errors import KafkaTxnSinkError, SupersededError
 from kafka_txn_sink.kafka.admin_api import NOT_FOUND, ONGOING, TransactionAdmin, TxnState
 from kafka_txn_sink.protocol.complete import MAX_REPUBLISH_ROUNDS, Settler
 from kafka_txn_sink.protocol.messages import Completion, Decision, Triple, now_ms
+from kafka_txn_sink.protocol.repair import batch_levels, latest_word, settle_repairs
 from kafka_txn_sink.protocol.runs import RunRef, check_current, may_abort, standing
 from kafka_txn_sink.protocol.txn_ids import SLOTS, owns, republish_id, slot_of, transactional_id
 
@@ -115,7 +116,7 @@ def judge(
     it, within its own timeout, is live: never the reader's own timeout or guess.
     """
     owners, released = commit_log.owners(), commit_log.released_runs()
-    latest = commit_log.latest_decision()
+    latest = latest_word(commit_log)
     judged: dict[Triple, tuple[bool, str]] = {}
     for state in open_:
         over_ms = now - (state.start_ms + state.timeout_ms)
@@ -136,7 +137,7 @@ def _abortable(
     sink_id: str, commit_log: CommitLog, open_: tuple[TxnState, ...], run: RunRef
 ) -> frozenset[Triple]:
     """The open transactions `run` may abort if no decision holds them (runs.may_abort)."""
-    owners, latest = commit_log.owners(), commit_log.latest_decision()
+    owners, latest = commit_log.owners(), latest_word(commit_log)
     return frozenset(
         state.triple
         for state in open_
@@ -160,10 +161,13 @@ def incomplete_decisions(commit_log: CommitLog) -> list[Decision]:
 
 
 def roll_forward(commit_log: CommitLog, settler: Settler) -> list[Completion]:
-    """Complete every decided batch that has no completion marker yet, oldest first.
+    """Complete every decided batch that has no completion marker yet, oldest first, and the
+    latest batch's repairs left without theirs (repair.py).
+
+    A loss found here is recorded, not raised: the batch was not recorded in Spark's
+    checkpoint (its commit() did not return), so Spark replays it, and the replay repairs it.
 
     Raises:
-        TransactionLostError: a batch's loss was recorded just now.
         TransactionCompletionError: a participant's fate is still open; retried next time.
     """
     done = []
@@ -171,8 +175,20 @@ def roll_forward(commit_log: CommitLog, settler: Settler) -> list[Completion]:
         log.warning(
             "rolling forward decided batch %d of sink %s", decision.batch_id, decision.sink_id
         )
-        done.append(settler.complete_or_raise_loss(decision))
+        completion = settler.complete(decision).completion
+        if completion.lost:
+            log.warning(_LOSS_FOUND, decision.batch_id, decision.sink_id, len(completion.lost))
+        done.append(completion)
+    latest = commit_log.latest_decision()
+    if latest is not None:
+        settle_repairs(commit_log, settler, latest)
     return done
+
+
+_LOSS_FOUND = (
+    "batch %d of sink %s: the brokers aborted %d of its decided transactions before they could "
+    "be committed; recorded. Spark replays the batch, and the replay writes their rows again"
+)
 
 
 def clean_up(
@@ -270,6 +286,10 @@ def _slot(sink_id: str, txn_id: str) -> int | None:
 
 def _held_triples(commit_log: CommitLog) -> dict[Triple, int]:
     held: dict[Triple, int] = {}
+    latest = commit_log.latest_decision()
+    if latest is not None:
+        for repair in batch_levels(commit_log, latest).unsettled():
+            held.update((p.triple, repair.batch_id) for p in repair.participants)
     for decision in incomplete_decisions(commit_log):
         for participant in decision.participants:
             held[participant.triple] = decision.batch_id

@@ -15,8 +15,9 @@ batch's participants). It:
 
 `start_write` does the same in `writer()`, before a batch write's (`df.write`) tasks, and then
 finds the batch of the log the write is: the batch decided for its writeId before (its tasks
-then write nothing; refused if rows of it were recorded lost), or the batch after the last
-decided one. A sink serves one streaming query
+then write nothing, or write again the rows the brokers aborted: repair.py; refused if a repair
+refused rows of it), or the batch after the last decided one. Both plan the repair that a
+replay of the latest decided batch writes (repair.py). A sink serves one streaming query
 or batch writes: each refuses a log the other writes to.
 """
 
@@ -44,9 +45,10 @@ from kafka_txn_sink.options import (
     WRITE_ID,
     SinkOptions,
 )
-from kafka_txn_sink.protocol.messages import Completion, Decision, SinkMeta, now_ms
+from kafka_txn_sink.protocol.messages import Decision, LostParticipant, SinkMeta, now_ms
 from kafka_txn_sink.protocol.prepare import BatchWrite, is_batch_write, write_query_id
 from kafka_txn_sink.protocol.recover import known_ids, roll_forward
+from kafka_txn_sink.protocol.repair import RepairPlan, batch_levels, plan_repair
 from kafka_txn_sink.protocol.runs import RunRef, check_current, release, take_over
 from kafka_txn_sink.protocol.session import DriverSession, driver_session, shared_cluster_of
 from kafka_txn_sink.protocol.txn_ids import transactional_id
@@ -69,6 +71,7 @@ class BatchStart:
     last_decided: int | None
     run: RunRef
     write: BatchWrite | None = None  # a batch write's batch; None for a streaming query
+    repair: RepairPlan | None = None  # what a replay of the latest decided batch writes again
 
 
 def start_batch(options: SinkOptions) -> BatchStart:
@@ -78,18 +81,19 @@ def start_batch(options: SinkOptions) -> BatchStart:
         ConfigError: an option does not fit the cluster or the log, or the log holds batch
             writes.
         KafkaUnavailableError: the brokers cannot be reached.
-        TransactionLostError / TransactionCompletionError: rolling forward found a loss, or
-            could not settle a participant yet.
+        TransactionCompletionError: rolling forward could not settle a participant yet.
     """
     options = _fit_to_cluster(options)
     with driver_session(options) as session:
         latest, run = _claim_and_recover(session)
-    _check_use(options, latest, batch_write=False)
+        _check_use(options, latest, batch_write=False)
+        repair = plan_repair(session.commit_log, latest)
     return BatchStart(
         options,
         log_query_id=latest.query_id if latest else None,
         last_decided=latest.batch_id if latest else None,
         run=run,
+        repair=repair,
     )
 
 
@@ -97,12 +101,13 @@ def start_write(options: SinkOptions, write_id: str) -> BatchStart:
     """`start_batch` for a batch write, and the batch of the log that write `write_id` is.
 
     The batch decided for it before if there is one (its tasks then write nothing, and this
-    logs a warning saying so), else the batch after the last decided one.
+    logs a warning saying so, or repair what the brokers aborted of it), else the batch after
+    the last decided one.
 
     Raises:
         ConfigError: as `start_batch`, or the log belongs to a streaming query.
-        TransactionLostError: as `start_batch`, or the write was decided before and rows of
-            it were recorded lost (`written_before`); nothing is written, the run released.
+        TransactionLostError: the write was decided before and rows of it are lost for good
+            (`written_before`); nothing is written, the run released.
         KafkaUnavailableError, TransactionCompletionError: as `start_batch`.
     """
     options = _fit_to_cluster(options)
@@ -110,8 +115,9 @@ def start_write(options: SinkOptions, write_id: str) -> BatchStart:
         latest, run = _claim_and_recover(session)
         _check_use(options, latest, batch_write=True)
         earlier = find_write(session.commit_log, write_query_id(write_id)) if latest else None
+        repair = None
         if earlier is not None:
-            written_before(session, earlier, write_id, run)
+            repair = written_before(session, earlier, write_id, run)
             batch_id = earlier.batch_id
         else:
             batch_id = latest.batch_id + 1 if latest else 0
@@ -121,6 +127,7 @@ def start_write(options: SinkOptions, write_id: str) -> BatchStart:
         last_decided=latest.batch_id if latest else None,
         run=run,
         write=BatchWrite(write_id, batch_id),
+        repair=repair,
     )
 
 
@@ -161,21 +168,31 @@ def _check_use(options: SinkOptions, latest: Decision | None, batch_write: bool)
 
 def written_before(
     session: DriverSession, decision: Decision, write_id: str, run: RunRef
-) -> None:
-    """A re-run of write `write_id`, decided before as `decision`: say that nothing is written
-    again, or refuse it if rows of it were recorded lost.
-
-    The one place that judges such a re-run: the repair of lost batches, when there is one,
-    replaces the refusal here.
+) -> RepairPlan | None:
+    """A re-run of write `write_id`, decided before as `decision`: the repair its tasks write
+    when rows of it were recorded lost (protocol/repair.py); else say that nothing is written
+    again, or refuse it if a repair refused rows of it before (they stay lost).
 
     Raises:
-        TransactionLostError: the write's completion records lost rows; this run is released
-            and nothing is written.
+        TransactionLostError: rows of the write are lost for good; this run is released and
+            nothing is written.
     """
-    completion = session.commit_log.completion(decision.batch_id)
-    if completion is not None and completion.lost:
+    repair = plan_repair(session.commit_log, decision)
+    if repair is not None:
+        log.warning(
+            "write %r of sink %s was decided before (batch %d), but %d of its transactions "
+            "were aborted by the brokers: this run writes their rows again (repair %d)",
+            write_id,
+            decision.sink_id,
+            decision.batch_id,
+            len(repair.lost),
+            repair.level,
+        )
+        return repair
+    refused = batch_levels(session.commit_log, decision).refused()
+    if refused:
         release(session.options.sink_id, session.commit_log, run)
-        raise TransactionLostError(_lost_write_message(decision, completion, write_id))
+        raise TransactionLostError(_lost_write_message(decision, refused, write_id))
     log.warning(
         "write %r of sink %s was committed before (batch %d, %d row(s), decided at %s): "
         "nothing is written again",
@@ -185,23 +202,23 @@ def written_before(
         decision.rows,
         _decided_at(decision),
     )
+    return None
 
 
-def _lost_write_message(decision: Decision, completion: Completion, write_id: str) -> str:
+def _lost_write_message(decision: Decision, refused: list[LostParticipant], write_id: str) -> str:
     lost = "; ".join(
         f"Spark partition {x.partition} ({x.triple.transactional_id}, {x.rows} row(s), offsets "
         f"{ {t: dict(r) for t, r in x.offsets.items()} }: {x.reason})"
-        for x in completion.lost
+        for x in refused
     )
-    rows = sum(x.rows for x in completion.lost)
+    rows = sum(x.rows for x in refused)
     return (
         f"write {write_id!r} of sink {decision.sink_id} was decided before (batch "
         f"{decision.batch_id}, {decision.rows} row(s), decided at {_decided_at(decision)}), but "
-        f"{rows} of its rows were recorded lost before they could be committed: {lost}. The "
-        f"repair of lost batches is not available yet, so running the write again with the "
-        f"same writeId cannot write them: nothing was written now. Write the rows of those "
-        f"Spark partitions again under a new writeId, and check what reached Kafka with "
-        f"`kafka-txn-sink verify`."
+        f"{rows} of its rows were recorded lost before they could be committed, and a run of "
+        f"the write since did not produce the same rows to repair them: {lost}. Nothing was "
+        f"written now. Write the rows of those Spark partitions again under a new writeId, and "
+        f"check what reached Kafka with `kafka-txn-sink verify`."
     )
 
 
@@ -284,9 +301,7 @@ def _resolve_timeout(options: SinkOptions, cluster: ClusterFacts | None) -> Sink
     if cluster is None:
         cluster = shared_cluster_of(options)
     if options.topic is not None and not cluster.topic_exists(options.topic):
-        raise ConfigError(
-            f"topic {options.topic!r} (option {TOPIC}) does not exist on the cluster"
-        )
+        raise ConfigError(f"topic {options.topic!r} (option {TOPIC}) does not exist on the cluster")
     refs = options.files.references_topic if options.files is not None else None
     if refs is not None and not cluster.topic_exists(refs):
         raise ConfigError(

@@ -28,6 +28,8 @@ class TaskCommit(WriterCommitMessage):
     offsets: OffsetRanges = field(default_factory=dict)
     prepared_at_ms: int = 0
     files: tuple[FileRef, ...] = ()
+    digest: str = ""  # of its records (records/digest.py); "" without records
+    level: int = 0  # the repair level it wrote at (protocol/repair.py); 0: the batch itself
 
     @property
     def prepared_triple(self) -> Triple:

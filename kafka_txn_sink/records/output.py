@@ -17,6 +17,7 @@ from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.protocol.output import Transaction
 from kafka_txn_sink.records.arrow import record_columns, send_batch
 from kafka_txn_sink.records.columns import Columns, Routing, as_bytes, as_headers, bytes_cells
+from kafka_txn_sink.records.digest import DigestingTransaction
 
 
 class RecordsOutput:
@@ -31,7 +32,7 @@ class RecordsOutput:
     ):
         """`default_topic` is option topic; no row may go to `reserved_topic` (files mode's
         references topic)."""
-        self._txn = txn
+        self._txn = DigestingTransaction(txn)
         self._columns = columns
         self._routing = Routing(default_topic, reserved_topic)
         simple = columns.topic is None and columns.partition is None and columns.headers is None
@@ -71,6 +72,10 @@ class RecordsOutput:
     def close(self) -> tuple[FileRef, ...]:
         """Nothing is held back; no files."""
         return ()
+
+    def digest(self) -> str:
+        """The digest of every record produced so far (records/digest.py)."""
+        return self._txn.digest()
 
     def abort(self) -> None:
         """Nothing is held back: the task aborts the transaction itself."""

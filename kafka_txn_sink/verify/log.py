@@ -3,7 +3,7 @@
 Every visible record of the sink's topics must lie in the offsets of a decided batch's
 participants (or of a republish round of a decided batch, files mode); a visible record
 anywhere else is an aborted read. Each decided batch must show exactly as many records as it
-decided, less what its completion marker records as lost.
+decided, less what its completion marker records as lost, plus what repairs wrote again.
 """
 
 from __future__ import annotations
@@ -16,7 +16,15 @@ import numpy as np
 
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.files.naming import parse_file_name
-from kafka_txn_sink.protocol.messages import Completion, Decision, FileRef, OffsetRanges
+from kafka_txn_sink.protocol.messages import (
+    Completion,
+    Decision,
+    FileRef,
+    LostParticipant,
+    OffsetRanges,
+    Triple,
+)
+from kafka_txn_sink.protocol.repair import BatchLevels, batch_levels
 from kafka_txn_sink.verify.kafka import Chunk, Progress
 
 _MAX_REPUBLISH_ROUNDS = 100  # a bound on the rounds read per batch; recovery stops far below
@@ -29,6 +37,19 @@ class BatchView:
     decision: Decision
     completion: Completion | None
     republished: tuple[tuple[OffsetRanges, int], ...] = ()  # (offsets, references) per round
+    repairs: tuple[Decision, ...] = ()  # repair levels 1, 2, ... (protocol/repair.py)
+    repair_completions: tuple[Completion | None, ...] = ()
+
+    def levels(self) -> BatchLevels:
+        """The decision and its repairs, with their completions."""
+        return BatchLevels(
+            (self.decision, *self.repairs), (self.completion, *self.repair_completions)
+        )
+
+    def unrepaired(self) -> list[LostParticipant]:
+        """Lost participants no repair wrote again: the batch's losses as they stand."""
+        levels = self.levels()
+        return [*levels.waiting(), *levels.refused()]
 
     @property
     def batch_id(self) -> int:
@@ -40,7 +61,8 @@ class BatchView:
         visible."""
         found = [
             (topic, partition, first, last)
-            for participant in self.decision.participants
+            for level in self.levels().levels
+            for participant in level.participants
             for topic, parts in participant.offsets.items()
             for partition, (first, last) in parts.items()
         ]
@@ -55,16 +77,24 @@ class BatchView:
     def expected_records(self) -> int:
         """Records the batch should show: every participant's, but those recorded as lost or
         republished (whose own records the broker aborted), plus the last republish round's."""
-        settled_away = self._lost_partitions() | set(self._republished_partitions())
-        kept = sum(p.rows for p in self.decision.participants if p.partition not in settled_away)
-        return kept + (self.republished[-1][1] if self.republished else 0)
+        republished = set(self._republished_partitions())
+        kept = sum(
+            p.rows
+            for p in self.decision.participants
+            if p.triple not in self._lost() and p.partition not in republished
+        )
+        repaired = sum(
+            p.rows for r in self.repairs for p in r.participants if p.triple not in self._lost()
+        )
+        return kept + repaired + (self.republished[-1][1] if self.republished else 0)
 
     def lost_rows(self) -> int:
-        """Rows the completion marker records as lost (0 while incomplete)."""
-        return sum(x.rows for x in self.completion.lost) if self.completion else 0
+        """Rows recorded lost and not repaired (0 while incomplete)."""
+        return sum(x.rows for x in self.unrepaired())
 
-    def _lost_partitions(self) -> set[int]:
-        return {x.partition for x in self.completion.lost} if self.completion else set()
+    def _lost(self) -> set[Triple]:
+        completions = (self.completion, *self.repair_completions)
+        return {x.triple for c in completions if c is not None for x in c.lost}
 
     def _republished_partitions(self) -> tuple[int, ...]:
         return self.completion.republished if self.completion else ()
@@ -91,7 +121,10 @@ class LogView:
                 # Only files mode republishes, and a completion names the partitions it did.
                 republished = completion is None or bool(completion.republished)
                 rounds = _republish_rounds(commit_log, batch_id) if republished else ()
-                view.batches[batch_id] = BatchView(decision, completion, rounds)
+                levels = batch_levels(commit_log, decision)
+                view.batches[batch_id] = BatchView(
+                    decision, completion, rounds, levels.levels[1:], levels.completions[1:]
+                )
             task.advance(1)
         task.finish()
         return view

@@ -176,8 +176,7 @@ class _Run:
                 "reason": x.reason,
             }
             for b, view in sorted(log.batches.items())
-            if view.completion is not None
-            for x in view.completion.lost
+            for x in view.unrepaired()
         ]
         return LogReport(
             uri=log.uri,

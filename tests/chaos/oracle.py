@@ -20,6 +20,8 @@ import fastavro
 
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
 from kafka_txn_sink.files.references import parse_reference
+from kafka_txn_sink.protocol.messages import Decision
+from kafka_txn_sink.protocol.repair import batch_levels
 from kafka_txn_sink.storage import S3Settings
 from kafka_txn_sink.testing.topics import IdReport, Seen, compare_ids, read_topic
 from tests.chaos.bed import Bed, Sink
@@ -34,14 +36,14 @@ class OracleReport:
     input_ids: int
     records: IdReport
     files: IdReport
-    excused_ids: list[str] = field(default_factory=list)  # lost beyond the bound, reported
+    excused_ids: list[str] = field(default_factory=list)  # none since repairs (issue 26)
     aborted_reads: list[str] = field(default_factory=list)  # "partition:offset" in no decision
     duplicate_references: list[str] = field(default_factory=list)
     missing_files: list[str] = field(default_factory=list)
     unreferenced_files: list[str] = field(default_factory=list)  # decided, never referenced
     unlogged_references: list[str] = field(default_factory=list)  # referenced, in no decision
     lost_batches: list[int] = field(default_factory=list)  # the sink's own loss reports
-    excused_batches: list[int] = field(default_factory=list)  # held beyond the bound on purpose
+    excused_batches: list[int] = field(default_factory=list)  # held beyond the bound, repaired
     open_transactions: list[str] = field(default_factory=list)
     late_attempts_not_skipped: list[str] = field(default_factory=list)  # from the trials
     # inflight trials whose batch's outcome key took another record than the one delivered
@@ -91,14 +93,16 @@ class OracleReport:
 def oracle(bed: Bed, sink: Sink, beyond_bound: Collection[int] = ()) -> OracleReport:
     """Compare the input topic, id by id, with what read_committed consumers see: the records
     topic, and the ids inside the files the references name; check both against the log.
-    Batches in `beyond_bound` were held on purpose until the broker aborted them: the records
-    the sink reports lost there are expected (README: the bound), nowhere else.
+    Batches in `beyond_bound` were held on purpose until the broker aborted them: the replay
+    of each must have repaired what the brokers aborted (protocol/repair.py), so nothing is
+    excused; their repairs' transactions count as decided.
 
     The one place to switch to `kafka-txn-sink verify` once it exists."""
     expected = [key_of(r.key) for r in read_topic(bed.bootstrap, sink.input, timeout_s=120)]
     commit_log = commit_log_of(bed, sink)
     decided = decisions(commit_log)
-    losses = reported_losses(commit_log, decided)
+    levels = {b: batch_levels(commit_log, d) for b, d in decided.items()}
+    losses = {b: found for b, lv in levels.items() if (found := [*lv.waiting(), *lv.refused()])}
     seen = with_removed(sink, sink.output, read_topic(bed.bootstrap, sink.output, timeout_s=120))
     references = with_removed(sink, sink.references, read_topic(bed.bootstrap, sink.references))
     refs = [parse_reference(r.value or b"") for r in references]
@@ -106,20 +110,20 @@ def oracle(bed: Bed, sink: Sink, beyond_bound: Collection[int] = ()) -> OracleRe
     contents = read_files(bed, sorted(named))
     file_ids = [i for location, n in named.items() for i in contents.get(location, []) * n]
     logged = {f.location for d in decided.values() for p in d.participants for f in p.files}
-    excused = written_by(bed, sink, [x for b in beyond_bound for x in losses.get(b, [])])
     records = compare_ids(expected, [key_of(r.key) for r in seen])
     return OracleReport(
         input_ids=len(expected),
         records=records,
         files=compare_ids(expected, file_ids),
-        excused_ids=sorted(set(records.missing) & excused),
-        aborted_reads=outside_decisions(seen, decided, sink.output),
+        aborted_reads=outside_decisions(
+            seen, [d for lv in levels.values() for d in lv.levels], sink.output
+        ),
         duplicate_references=sorted(loc for loc, n in named.items() if n > 1),
         missing_files=sorted(loc for loc in named if loc not in contents),
         unreferenced_files=sorted(logged - set(named)),
         unlogged_references=sorted(set(named) - logged),
-        lost_batches=sorted(b for b in losses if b not in beyond_bound),
-        excused_batches=sorted(b for b in losses if b in beyond_bound),
+        lost_batches=sorted(losses),
+        excused_batches=sorted(b for b in beyond_bound if len(levels[b].levels) > 1),
         open_transactions=[str(t.triple) for t in open_transactions(bed.bootstrap, sink.sink_id)],
         decided_batches=len(decided),
         orphan_files=len(list_files(bed, sink) - logged),
@@ -129,8 +133,7 @@ def oracle(bed: Bed, sink: Sink, beyond_bound: Collection[int] = ()) -> OracleRe
 def verify_command(bed: Bed, sink: Sink) -> dict[str, Any]:
     """The product's own check, run as a user runs it: exit 0 when exact, 1 on any anomaly.
 
-    Records lost beyond the bound on purpose (held trials) make it exit 1 as well: it reports
-    every lost id; the suite's oracle is the one that excuses them."""
+    It reads only what is in the log now: the records a `gone` trial deleted are lost to it."""
     command = [sys.executable, "-m", "kafka_txn_sink", "--json", "verify"]
     command += ["--bootstrap", bed.bootstrap, "--input-topic", sink.input]
     command += ["--checkpoint", str(sink.checkpoint), "--output-topic", sink.output]
@@ -145,34 +148,6 @@ def verify_command(bed: Bed, sink: Sink) -> dict[str, Any]:
         body = {}
     found = {kind: n for kind, n in body.get("anomalies", {}).items() if n}
     return {"exit": done.returncode, "anomalies": found, "error": done.stderr[-2000:]}
-
-
-def reported_losses(commit_log: CommitLog, decided: dict[int, Any]) -> dict[int, list[Any]]:
-    """Per batch, the participants its completion marker reports lost."""
-    found = {}
-    for batch in decided:
-        completion = commit_log.completion(batch)
-        if completion is not None and completion.lost:
-            found[batch] = list(completion.lost)
-    return found
-
-
-def written_by(bed: Bed, sink: Sink, lost: Sequence[Any]) -> set[str]:
-    """Ids of the records the `lost` participants wrote (read_uncommitted still shows them)."""
-    spans = [
-        (int(partition), first, last)
-        for participant in lost
-        for partition, (first, last) in participant.offsets.get(sink.output, {}).items()
-    ]
-    if not spans:
-        return set()
-    records = read_topic(bed.bootstrap, sink.output, "read_uncommitted", timeout_s=120)
-    records = with_removed(sink, sink.output, records, committed_only=False)
-    return {
-        key_of(r.key)
-        for r in records
-        if any(r.partition == p and first <= r.offset <= last for p, first, last in spans)
-    }
 
 
 def with_removed(
@@ -212,14 +187,14 @@ def decisions(commit_log: CommitLog) -> dict[int, Any]:
     return found
 
 
-def outside_decisions(seen: Sequence[Any], decided: dict[int, Any], topic: str) -> list[str]:
+def outside_decisions(seen: Sequence[Any], decided: Sequence[Decision], topic: str) -> list[str]:
     """Visible records that no decided participant's offsets cover: rows of an undecided batch.
 
     Participants of one batch write to the same partitions at once, so their offset ranges
     overlap; they are merged per partition. (A consumer does not see which transaction wrote a
     record, so a record inside a decided range is taken as decided.)"""
     spans: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for decision in decided.values():
+    for decision in decided:
         for participant in decision.participants:
             for partition, span in participant.offsets.get(topic, {}).items():
                 spans[int(partition)].append(span)

@@ -20,7 +20,7 @@ def visible(partition: int, *offsets: int) -> list[Seen]:
 
 def test_records_of_participants_that_interleave_are_not_aborted_reads() -> None:
     # Two tasks of one batch wrote to partition 1 at once: their ranges overlap.
-    decided = {51: decision({1: (2585, 2613)}, {1: (2586, 2594)})}
+    decided = [decision({1: (2585, 2613)}, {1: (2586, 2594)})]
 
     found = outside_decisions(visible(1, 2585, 2594, 2595, 2613), decided, TOPIC)
 
@@ -28,7 +28,7 @@ def test_records_of_participants_that_interleave_are_not_aborted_reads() -> None
 
 
 def test_a_visible_record_outside_every_decided_range_is_an_aborted_read() -> None:
-    decided = {0: decision({0: (0, 9)}), 1: decision({0: (12, 20)})}
+    decided = [decision({0: (0, 9)}), decision({0: (12, 20)})]
 
     found = outside_decisions(visible(0, 9, 10, 12) + visible(2, 0), decided, TOPIC)
 

@@ -1,16 +1,20 @@
-"""A batch write re-run after its rows were recorded lost fails, naming them, on the real broker.
+"""A batch write re-run after its rows were recorded lost repairs them, on the real broker; one
+whose lost rows a repair refused fails, naming them.
 
 The loss is made as the brokers' transaction timeout makes it: write `nightly` prepared a
 participant, its batch was decided, and the participant was aborted before the driver could
 commit it (fenced here, as the coordinator's timeout abort would). Completing the batch records
-the loss (`TransactionLostError`, once). Re-running the write with the same writeId goes through
-the data source's `writer()`, the driver's start of a batch write, as Spark calls it: it must
-fail naming the write, the batch and the lost rows, publish nothing and leave nothing open.
+the loss (`TransactionLostError`). Re-running the write with the same writeId goes through the
+data source's `writer()`, the driver's start of a batch write, as Spark calls it: its tasks get
+the repair of the lost participant to write (protocol/repair.py); if a repair refused it
+before, the re-run fails naming the write, the batch and the lost rows, publishes nothing and
+leaves nothing open.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType
@@ -82,8 +86,31 @@ def write_decided_then_lost(sink: Sink) -> Participant:
     return lost
 
 
-def test_rerunning_a_write_whose_rows_were_recorded_lost_fails_naming_them(sink: Sink) -> None:
+def test_rerunning_a_write_whose_rows_were_recorded_lost_plans_their_repair(sink: Sink) -> None:
     lost = write_decided_then_lost(sink)
+
+    writer = KafkaTxnDataSource(options(sink, "nightly")).writer(SCHEMA, overwrite=False)
+
+    assert isinstance(writer, KafkaTxnBatchWriter)
+    assert writer.batch.batch_id == 0
+    repair = writer.plan.repair
+    assert repair is not None and (repair.batch_id, repair.level) == (0, 1)
+    assert [x.triple for x in repair.lost] == [lost.triple]
+    assert read_topic(sink.bootstrap, sink.topic) == []
+    assert sink.log.released_runs() == set()  # the re-run holds its slot: it writes
+
+
+def test_rerunning_a_write_whose_lost_rows_a_repair_refused_fails_naming_them(
+    sink: Sink,
+) -> None:
+    lost = write_decided_then_lost(sink)
+    decision, completion = sink.log.decision(0), sink.log.completion(0)
+    assert decision is not None and completion is not None
+    refused = replace(
+        decision, participants=(), level=1, refused=completion.lost, run=0, tasks=2, rows=0
+    )
+    sink.log.put_repair(refused)
+    sink.log.put_completion(replace(completion, lost=(), level=1))
 
     with pytest.raises(TransactionLostError) as caught:
         KafkaTxnDataSource(options(sink, "nightly")).writer(SCHEMA, overwrite=False)
@@ -91,7 +118,7 @@ def test_rerunning_a_write_whose_rows_were_recorded_lost_fails_naming_them(sink:
     message = str(caught.value)
     assert "write 'nightly'" in message and "batch 0" in message
     assert f"Spark partition 1 ({lost.transactional_id}, {lost.rows} row(s)" in message
-    assert "repair" in message and "not available yet" in message
+    assert "did not produce the same rows" in message
     assert "new writeId" in message and "kafka-txn-sink verify" in message
     assert read_topic(sink.bootstrap, sink.topic) == []  # nothing published, before or now
     assert open_transactions(sink.bootstrap, sink.sink_id) == []

@@ -1,0 +1,347 @@
+"""Repair: Spark's replay of a decided batch writes again the rows the brokers aborted.
+
+A decided batch not completed within the transaction timeout (a driver down longer than
+`transactionTimeoutMs`) has participants the coordinators aborted; the completion records them
+`lost`. Spark never recorded that batch in its checkpoint (its commit() did not return), so the
+restarted query replays it with the same offsets, and a deterministic query produces the same
+records per input partition again. This module turns that replay into a repair:
+
+1. plan (driver, `plan_repair`): when every level of the latest decided batch is settled and
+   some lost participant is neither repaired nor refused, the tasks of its replay write at the
+   next level. A level is the decision (0) or a repair (1, 2, ...);
+2. write (tasks, prepare.py): each task of the replay writes its records again in a new
+   transaction, unless that level is recorded already; the task's message carries the records'
+   digest (records/digest.py);
+3. commit (driver, `Repairer`): each lost participant is matched to the replayed transaction
+   with the same digest (Spark's Kafka source does not keep partition indexes on a replay);
+   the matched ones must still be open, then the repair record is put put-if-absent per
+   (batch, level), naming the new participants, the lost triples they replace and the lost
+   ones no replayed task wrote again (`refused`: kept lost for good). Another run's repair of
+   that level wins and ours are aborted. The repair is completed like a decision;
+4. Spark may record the batch only when every row of it is committed or refused: `commit()`
+   raises `TransactionLostError` while any lost participant waits for a repair, so Spark
+   replays it again.
+
+A participant counts as lost only when the fate probe says the brokers aborted it, never while
+its fate is unknown, so nothing of a batch is visible twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from kafka_txn_sink.commit_log import CommitLog
+from kafka_txn_sink.errors import (
+    CommitLogError,
+    DecisionInDoubtError,
+    ParticipantNotCommittableError,
+    TransactionLostError,
+)
+from kafka_txn_sink.kafka.admin_api import ONGOING, TransactionAdmin
+from kafka_txn_sink.protocol.complete import Settler
+from kafka_txn_sink.protocol.messages import (
+    Completion,
+    Decision,
+    LostParticipant,
+    Participant,
+    Triple,
+    now_ms,
+)
+from kafka_txn_sink.protocol.runs import RunRef, check_current, check_decided_by
+
+if TYPE_CHECKING:
+    from kafka_txn_sink.protocol.task_commit import TaskCommit
+
+log = logging.getLogger(__name__)
+
+REFUSED = "not repaired: no task of the replay wrote the same records"
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """What the tasks of a replay of batch `batch_id` write: level `level`, for `lost`."""
+
+    batch_id: int
+    level: int
+    lost: tuple[LostParticipant, ...]
+
+
+@dataclass(frozen=True)
+class BatchLevels:
+    """A decided batch's levels (its decision, then its repairs) and their completions."""
+
+    levels: tuple[Decision, ...]
+    completions: tuple[Completion | None, ...]
+
+    @property
+    def settled(self) -> bool:
+        """Every level has its completion."""
+        return all(c is not None for c in self.completions)
+
+    @property
+    def next_level(self) -> int:
+        """The level a repair of the batch takes next."""
+        return len(self.levels)
+
+    def unsettled(self) -> list[Decision]:
+        """The repairs that have no completion yet."""
+        return [d for d, c in zip(self.levels, self.completions, strict=True) if c is None]
+
+    def refused(self) -> list[LostParticipant]:
+        """Lost participants a repair refused: lost for good."""
+        return [x for repair in self.levels[1:] for x in repair.refused]
+
+    def waiting(self) -> list[LostParticipant]:
+        """Lost participants that no repair wrote again nor refused: what a replay repairs."""
+        done = {t for repair in self.levels[1:] for t in repair.repaired}
+        done |= {x.triple for x in self.refused()}
+        lost = (x for c in self.completions if c is not None for x in c.lost)
+        return [x for x in lost if x.triple not in done]
+
+    def repaired_rows(self) -> int:
+        """Rows written again by repairs."""
+        return sum(p.rows for repair in self.levels[1:] for p in repair.participants)
+
+
+def batch_levels(commit_log: CommitLog, decision: Decision) -> BatchLevels:
+    """The levels of `decision`'s batch. A batch without recorded losses has no repairs, so
+    for it this reads only the decision's completion."""
+    first = commit_log.completion(decision.batch_id)
+    if first is None or not first.lost:
+        return BatchLevels((decision,), (first,))
+    repairs = commit_log.repairs(decision.batch_id)
+    completions = [commit_log.completion(r.batch_id, r.level) for r in repairs]
+    return BatchLevels((decision, *repairs), (first, *completions))
+
+
+# Batches seen complete without losses, per log: what spares a read before every batch.
+_LOSSLESS: set[tuple[str, int]] = set()
+_LOSSLESS_LOCK = threading.Lock()
+
+
+def remember_lossless(commit_log: CommitLog, completion: Completion) -> None:
+    """Note that `completion`'s batch is complete with nothing lost (never changes after)."""
+    if not completion.lost and completion.level == 0:
+        with _LOSSLESS_LOCK:
+            _LOSSLESS.add((commit_log.uri, completion.batch_id))
+
+
+def plan_repair(commit_log: CommitLog, decision: Decision | None) -> RepairPlan | None:
+    """The repair a replay of `decision`'s batch writes, or None: nothing waits, or a level of
+    the batch is not settled yet (the roll-forward settles it first)."""
+    if decision is None:
+        return None
+    with _LOSSLESS_LOCK:
+        if (commit_log.uri, decision.batch_id) in _LOSSLESS:
+            return None
+    levels = batch_levels(commit_log, decision)
+    if not levels.settled:
+        return None
+    waiting = levels.waiting()
+    if not waiting:
+        if levels.completions[0] is not None:
+            remember_lossless(commit_log, levels.completions[0])
+        return None
+    return RepairPlan(decision.batch_id, levels.next_level, tuple(waiting))
+
+
+def settle_repairs(commit_log: CommitLog, settler: Settler, decision: Decision) -> BatchLevels:
+    """Complete every repair of `decision`'s batch left without its completion (a run that
+    stopped after putting it); the batch's levels afterwards.
+
+    Raises:
+        TransactionCompletionError / TransactionFateUnknownError: as `Settler.complete`.
+    """
+    levels = batch_levels(commit_log, decision)
+    for repair in levels.unsettled():
+        log.warning("completing repair %d of batch %d", repair.level, repair.batch_id)
+        settler.complete(repair)
+    return batch_levels(commit_log, decision) if levels.unsettled() else levels
+
+
+def latest_word(commit_log: CommitLog) -> Decision | None:
+    """The latest decision, or the repair of its batch by the newest run if that run is newer:
+    what tells the clean-up which runs can decide nothing more (runs.may_abort), since a run
+    that repaired a batch superseded every older one just as a decision does."""
+    latest = commit_log.latest_decision()
+    if latest is None:
+        return None
+    repairs = batch_levels(commit_log, latest).levels[1:]
+    newest = max(repairs, key=_run_of, default=None)
+    return newest if newest is not None and _run_of(newest) > _run_of(latest) else latest
+
+
+def _run_of(decision: Decision) -> int:
+    return -1 if decision.run is None else decision.run
+
+
+def held_by_repairs(commit_log: CommitLog, decision: Decision) -> set[Triple]:
+    """Triples of repairs of `decision`'s batch, complete or not: never aborted as strays."""
+    return {p.triple for r in batch_levels(commit_log, decision).levels[1:] for p in r.participants}
+
+
+class Repairer:
+    """The driver's part of a replayed batch: settle its repairs, repair what waits."""
+
+    def __init__(
+        self,
+        sink_id: str,
+        commit_log: CommitLog,
+        txn_admin: TransactionAdmin,
+        settler: Settler,
+        run: RunRef,
+        margin_ms: int,
+    ):
+        self._sink_id = sink_id
+        self._log = commit_log
+        self._txn_admin = txn_admin
+        self._settler = settler
+        self._run = run
+        self._margin_ms = margin_ms
+
+    def finish(self, decision: Decision, tasks: Sequence[TaskCommit]) -> None:
+        """After the decision's own completion: settle, repair with the replay's tasks, and let
+        the batch through only when no row of it waits for a repair.
+
+        Raises:
+            TransactionLostError: rows of the batch are still lost (Spark replays it again),
+                or a repair refused some just now (raised once; they stay lost).
+            ParticipantNotCommittableError: a repair transaction is no longer open.
+            SupersededError: a newer run repaired the batch.
+            DecisionInDoubtError: the repair's write got no answer.
+        """
+        levels = settle_repairs(self._log, self._settler, decision)
+        for repair in levels.levels[1:]:
+            check_decided_by(repair, self._run, self._log)
+        waiting = levels.waiting()
+        if not waiting:
+            self._abort(t for t in tasks if t.level > 0)
+            return
+        mine = [t for t in tasks if t.level == levels.next_level]
+        if not mine:
+            self._abort(t for t in tasks if t.level > 0)
+            raise TransactionLostError(_waiting_message(decision, waiting))
+        repair, ours = self._record(decision, levels.next_level, waiting, mine)
+        self._settler.complete(repair)
+        still = batch_levels(self._log, decision).waiting()
+        if still:
+            raise TransactionLostError(_waiting_message(decision, still))
+        if repair.refused and ours:
+            raise TransactionLostError(_refused_message(decision, repair))
+
+    def _record(
+        self,
+        decision: Decision,
+        level: int,
+        waiting: list[LostParticipant],
+        tasks: list[TaskCommit],
+    ) -> tuple[Decision, bool]:
+        """Match, check and put the repair of `level`; the repair that holds the level, and
+        whether it is ours."""
+        matched, refused = match(waiting, [t for t in tasks if t.status == "prepared"])
+        chosen = {t.prepared_triple for t, _ in matched}
+        self._abort(t for t in tasks if t.status == "prepared" and t.triple not in chosen)
+        participants = tuple(Participant.from_task(t) for t, _ in matched)
+        self._check_open(decision.batch_id, participants)
+        repair = replace(
+            decision,
+            participants=participants,
+            tasks=len(tasks),
+            rows=sum(p.rows for p in participants),
+            decided_at_ms=now_ms(),
+            run=self._run.run,
+            round=0,
+            level=level,
+            repaired=tuple(x.triple for _, x in matched),
+            refused=tuple(replace(x, reason=f"{x.reason}; {REFUSED}") for x in refused),
+        )
+        check_current(self._sink_id, self._log, self._run)
+        try:
+            holder = self._log.put_repair(repair)
+        except CommitLogError as exc:
+            raise DecisionInDoubtError(
+                f"batch {decision.batch_id} of sink {self._sink_id}: repair {level} could not be "
+                f"written to {self._log.uri} and its outcome is unknown ({exc}); the next run "
+                f"settles it"
+            ) from exc
+        ours = holder.same_decision(repair)
+        if not ours:
+            log.warning(
+                "repair %d of batch %d was recorded by run %s first; aborting ours",
+                level,
+                decision.batch_id,
+                holder.run,
+            )
+            self._abort(t for t in tasks if t.status == "prepared" and t.triple in chosen)
+        return holder, ours
+
+    def _check_open(self, batch_id: int, participants: Sequence[Participant]) -> None:
+        states = self._txn_admin.describe(p.transactional_id for p in participants)
+        now = now_ms()
+        for participant in participants:
+            state = states.get(participant.transactional_id)
+            if (
+                state is None
+                or state.state != ONGOING
+                or state.triple != participant.triple
+                or state.start_ms + state.timeout_ms - now < self._margin_ms
+            ):
+                raise ParticipantNotCommittableError(
+                    f"batch {batch_id}: the repair transaction of Spark partition "
+                    f"{participant.partition} ({participant.triple}) is not open with enough "
+                    f"time left (the coordinator reports {state}); nothing of the repair is "
+                    f"recorded and the batch runs again"
+                )
+
+    def _abort(self, tasks: Iterable[TaskCommit]) -> None:
+        triples = [t.prepared_triple for t in tasks if t.status == "prepared"]
+        if triples:
+            self._settler.abort(triples)
+
+
+def match(
+    waiting: Sequence[LostParticipant], tasks: Sequence[TaskCommit]
+) -> tuple[list[tuple[TaskCommit, LostParticipant]], list[LostParticipant]]:
+    """Pair each lost participant with a replayed task that wrote the same records (the same
+    digest, which counts them); the pairs, and the lost ones without a pair."""
+    free = list(tasks)
+    matched, refused = [], []
+    for lost in waiting:
+        found = next((t for t in free if lost.digest and t.digest == lost.digest), None)
+        if found is None:
+            refused.append(lost)
+        else:
+            free.remove(found)
+            matched.append((found, lost))
+    return matched, refused
+
+
+def _describe(lost: Sequence[LostParticipant]) -> str:
+    return "; ".join(
+        f"Spark partition {x.partition} ({x.triple.transactional_id}, {x.rows} rows, offsets "
+        f"{ {t: dict(r) for t, r in x.offsets.items()} })"
+        for x in lost
+    )
+
+
+def _waiting_message(decision: Decision, waiting: Sequence[LostParticipant]) -> str:
+    return (
+        f"batch {decision.batch_id} of sink {decision.sink_id} has rows the brokers aborted "
+        f"after its decision, not written again yet: {_describe(waiting)}. Spark runs the "
+        f"batch again, and the replay repairs them (the query must produce the same rows per "
+        f"input partition)"
+    )
+
+
+def _refused_message(decision: Decision, repair: Decision) -> str:
+    return (
+        f"batch {decision.batch_id} of sink {decision.sink_id}: the replay did not write the "
+        f"same records as the lost transactions of {_describe(repair.refused)} (no replayed "
+        f"task has their digest: the query is not deterministic, or its input changed). Their "
+        f"rows stay recorded lost in repair {repair.level}; the restarted query continues "
+        f"after them"
+    )
