@@ -292,10 +292,14 @@ class Plan:
 def plan_recovery(
     commit_log: CommitLog, txn_admin: TransactionAdmin, sink_id: str, clock_skew_ms: int
 ) -> Plan:
-    """Roll forward every incomplete decision; abort every open transaction nothing holds and
-    no run can still decide; list the live rest."""
+    """Roll forward every incomplete decision and the latest batch's repairs without their
+    completion; abort every open transaction nothing holds and no run can still decide; list
+    the live rest."""
     holdings = sink_holdings(sink_id, commit_log, txn_admin, clock_skew_ms=clock_skew_ms)
-    return Plan(incomplete_decisions(commit_log), holdings.stale(), holdings.live(), holdings.why)
+    latest = commit_log.latest_decision()
+    repairs = [] if latest is None else batch_levels(commit_log, latest).unsettled()
+    forward = [*incomplete_decisions(commit_log), *(r for r in repairs if r.level)]
+    return Plan(forward, holdings.stale(), holdings.live(), holdings.why)
 
 
 def cmd_recover(args: argparse.Namespace, out: Output) -> int:
@@ -388,6 +392,7 @@ def _plan_json(plan: Plan, sink_id: str, args: argparse.Namespace, now: int) -> 
         "roll_forward": [
             {
                 "batch": d.batch_id,
+                "level": d.level,
                 "rows": d.rows,
                 "participants": [str(p.triple) for p in d.participants],
             }
@@ -406,7 +411,8 @@ def _render_recover(payload: Payload, console: Console) -> None:
         for name in ("batch", "rows", "participants"):
             table.add_column(name)
         for row in payload["roll_forward"]:
-            table.add_row(str(row["batch"]), str(row["rows"]), "\n".join(row["participants"]))
+            batch = f"{row['batch']} (repair {row['level']})" if row.get("level") else row["batch"]
+            table.add_row(str(batch), str(row["rows"]), "\n".join(row["participants"]))
         console.print(table)
     else:
         console.print("nothing to roll forward: every decided batch is complete")

@@ -10,8 +10,12 @@ produce the same rows is refused, and the loss stays recorded.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
+from kafka_txn_sink import cli
 from kafka_txn_sink.kafka.txn_admin import ONGOING
 from tests.e2e.harness import (
     Pipeline,
@@ -57,7 +61,7 @@ def kill_at_batch_1_and_wait_for_the_timeout(pipeline: Pipeline, failpoint: str)
 
 
 def test_a_batch_aborted_by_the_timeout_after_its_decision_is_repaired_by_the_replay(
-    pipeline: Pipeline,
+    pipeline: Pipeline, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ids = kill_at_batch_1_and_wait_for_the_timeout(pipeline, "driver.after_decision")
 
@@ -71,6 +75,37 @@ def test_a_batch_aborted_by_the_timeout_after_its_decision_is_repaired_by_the_re
     assert len(completion.lost) == len(repair.repaired) == len(repair.participants) > 0
     assert repair.refused == ()
     assert all(p.digest for p in repair.participants)
+    # The tools: verify finds every id once and reports no loss; log show names the repair.
+    verified, report = cli_json(capsys, "verify", *verify_args(pipeline))
+    assert verified == 0, report
+    assert report["log"]["recorded_losses"] == [], report["log"]
+    shown, batch = cli_json(capsys, "log", "show", "--log", str(pipeline.commit_log), "1")
+    assert shown == 0
+    assert [r["repair"]["level"] for r in batch["repairs"]] == [1]
+    assert batch["repairs"][0]["completion"]["lost"] == []
+
+
+def verify_args(pipeline: Pipeline) -> list[str]:
+    return [
+        "--bootstrap",
+        pipeline.bootstrap,
+        "--input-topic",
+        pipeline.input,
+        "--output-topic",
+        pipeline.output,
+        "--log",
+        str(pipeline.commit_log),
+        "--checkpoint",
+        str(pipeline.checkpoint),
+    ]
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    """`kafka-txn-sink --json ARGS` in this process: its exit code and its JSON output."""
+    capsys.readouterr()
+    code = cli.main(["--json", *args])
+    body: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return code, body
 
 
 def test_a_partly_committed_batch_repairs_only_what_the_brokers_aborted(
