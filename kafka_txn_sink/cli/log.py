@@ -59,7 +59,8 @@ def batch_row(commit_log: CommitLog, batch_id: int) -> Payload:
     if decision is None:
         raise CliError(f"batch {batch_id} has no decision in {commit_log.uri}", REFUSED)
     completion = commit_log.completion(batch_id)
-    levels = batch_levels(commit_log, decision)
+    # Only a batch with a recorded loss can have repairs: others cost no further read.
+    levels = batch_levels(commit_log, decision) if completion and completion.lost else None
     return {
         "batch": batch_id,
         "run": decision.run,
@@ -69,8 +70,8 @@ def batch_row(commit_log: CommitLog, batch_id: int) -> Payload:
         "participants": len(decision.participants),
         "completed": completion is not None,
         "completed_at_ms": completion.completed_at_ms if completion else None,
-        "lost_rows": sum(x.rows for x in [*levels.waiting(), *levels.refused()]),
-        "repaired_rows": levels.repaired_rows(),
+        "lost_rows": sum(x.rows for x in [*levels.waiting(), *levels.refused()]) if levels else 0,
+        "repaired_rows": levels.repaired_rows() if levels else 0,
     }
 
 

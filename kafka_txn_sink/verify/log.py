@@ -121,10 +121,12 @@ class LogView:
                 # Only files mode republishes, and a completion names the partitions it did.
                 republished = completion is None or bool(completion.republished)
                 rounds = _republish_rounds(commit_log, batch_id) if republished else ()
-                levels = batch_levels(commit_log, decision)
-                view.batches[batch_id] = BatchView(
-                    decision, completion, rounds, levels.levels[1:], levels.completions[1:]
-                )
+                view.batches[batch_id] = BatchView(decision, completion, rounds)
+                if completion is not None and completion.lost:  # only then can it have repairs
+                    levels = batch_levels(commit_log, decision)
+                    view.batches[batch_id] = BatchView(
+                        decision, completion, rounds, levels.levels[1:], levels.completions[1:]
+                    )
             task.advance(1)
         task.finish()
         return view
