@@ -14,7 +14,9 @@ import pytest
 from kafka_txn_sink.errors import TransactionLostError
 from kafka_txn_sink.kafka.admin_api import Fate
 from kafka_txn_sink.protocol.messages import Triple
-from kafka_txn_sink.protocol.repair import batch_levels, plan_repair
+from kafka_txn_sink.protocol.recover import sink_holdings
+from kafka_txn_sink.protocol.repair import batch_levels, latest_word, plan_repair
+from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 from tests.unit.test_decide import SINK, Driver, driver, ends
 
@@ -195,3 +197,27 @@ def test_a_batch_without_losses_plans_no_repair_and_aborts_stray_repair_tasks(
 
     assert driver.log.repair(0, 1) is None
     assert ends(driver, commit=False) == [late[0].prepared_triple]
+
+
+def test_the_clean_up_holds_a_repair_without_its_completion(driver: Driver) -> None:
+    decide_and_lose(driver)
+    decision = driver.log.decision(0)
+    lost = driver.log.completion(0).lost  # type: ignore[union-attr]
+    assert decision is not None
+    pending = replay(driver, {1: "10-bbbb"}, epoch=3)[0]
+    driver.log.put_repair(
+        dataclasses.replace(
+            decision,
+            participants=(dataclasses.replace(decision.participants[1], triple=pending.triple),),
+            run=1,  # a newer run, stopped after its put: its transaction is open
+            level=1,
+            repaired=(lost[0].triple,),
+        )
+    )
+
+    holdings = sink_holdings(SINK, driver.log, driver.txn_admin, RunRef(0, 0))
+
+    assert holdings.held.get(pending.prepared_triple) == 0
+    assert pending.prepared_triple not in {s.triple for s in holdings.stale()}
+    # The newer run's repair tells the clean-up that run 0 can decide nothing more.
+    assert latest_word(driver.log).run == 1  # type: ignore[union-attr]
