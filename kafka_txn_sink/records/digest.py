@@ -20,6 +20,9 @@ import zlib
 from array import array
 from collections.abc import Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from kafka_txn_sink.protocol.output import Headers, Transaction
 
 
@@ -32,6 +35,9 @@ class DigestingTransaction:
         self._crc = [0] * 6  # values, value lengths, keys, key lengths, topics, the rest
         self._topic: str | None = None
         self._run = 0  # records in a row sent to `_topic`, not yet folded
+        # Cells of records sent one by one, folded a group at a time (the digest is the same).
+        self._values: list[bytes | None] = []
+        self._keys: list[bytes | None] = []
 
     def send(
         self,
@@ -43,48 +49,74 @@ class DigestingTransaction:
     ) -> None:
         """Produce one record into the transaction, and digest it."""
         self._txn.send(topic, value, key, partition, headers)
-        self._fold(topic, [value], [key])
+        self._count_topic(topic, 1)
+        self._values.append(value)
+        self._keys.append(key)
         if partition is not None or headers:
             rest = repr((self._count - 1, partition, headers)).encode()
             self._crc[5] = zlib.crc32(rest, self._crc[5])
+        if len(self._values) >= GROUP:
+            self._fold_pending()
 
     def send_many(
         self, topic: str, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None
     ) -> None:
         """Produce `values[i]` with `keys[i]` to `topic`, for every i, and digest them."""
         self._txn.send_many(topic, values, keys)
-        self._fold(topic, values, keys if keys is not None else [None] * len(values))
+        self._fold_pending()
+        self._count_topic(topic, len(values))
+        self._fold(values, keys if keys is not None else [None] * len(values))
 
     def digest(self) -> str:
         """The digest of every record so far: their count, then the CRCs in hex."""
+        self._fold_pending()
         crc = list(self._crc)
         crc[4] = _fold_topic(crc[4], self._topic, self._run)
         return f"{self._count}-" + "".join(f"{c:08x}" for c in crc)
 
-    def _fold(
-        self, topic: str, values: Sequence[bytes | None], keys: Sequence[bytes | None]
-    ) -> None:
+    def _count_topic(self, topic: str, records: int) -> None:
+        if topic != self._topic:
+            self._crc[4] = _fold_topic(self._crc[4], self._topic, self._run)
+            self._topic, self._run = topic, 0
+        self._run += records
+        self._count += records
+
+    def _fold_pending(self) -> None:
+        if self._values:
+            self._fold(self._values, self._keys)
+            self._values, self._keys = [], []
+
+    def _fold(self, values: Sequence[bytes | None], keys: Sequence[bytes | None]) -> None:
         crc = self._crc
         crc[0], crc[1] = _cells(values, crc[0], crc[1])
         crc[2], crc[3] = _cells(keys, crc[2], crc[3])
-        if topic != self._topic:
-            crc[4] = _fold_topic(crc[4], self._topic, self._run)
-            self._topic, self._run = topic, 0
-        self._run += len(values)
-        self._count += len(values)
+
+
+# Records sent one by one are folded this many at a time.
+GROUP = 4096
 
 
 def _cells(cells: Sequence[bytes | None], data_crc: int, lengths_crc: int) -> tuple[int, int]:
-    """The two CRCs with `cells` folded in: their bytes, and their lengths (-1 for null)."""
-    try:
-        data = b"".join(cells)  # type: ignore[arg-type]
-        lengths = array("q", map(len, cells))  # type: ignore[arg-type]
-    except TypeError:  # a null among them: rare enough for a second pass
-        data = b"".join([c for c in cells if c is not None])
-        lengths = array("q", [-1 if c is None else len(c) for c in cells])
-    if sys.byteorder == "big":
-        lengths.byteswap()  # the digest is compared across machines
-    return zlib.crc32(data, data_crc), zlib.crc32(lengths, lengths_crc)
+    """The two CRCs with `cells` folded in: their bytes, and their lengths as 32-bit
+    little-endian integers (-1 for null). Through one Arrow array: its data buffer holds the
+    bytes back to back, and its lengths come from one C call (about half the time of joining
+    the bytes and mapping `len` in Python, measured)."""
+    column = pa.array(cells, pa.binary())
+    if len(column) == 0:
+        return data_crc, lengths_crc
+    size = memoryview(column.buffers()[1]).cast("i")[len(column)]  # the last offset
+    data = column.buffers()[2]
+    if size and data is not None:
+        data_crc = zlib.crc32(memoryview(data)[:size], data_crc)
+    lengths = pc.binary_length(column)
+    if column.null_count:
+        lengths = pc.fill_null(lengths, -1)
+    raw = memoryview(lengths.buffers()[1])[: 4 * len(column)]
+    if sys.byteorder == "big":  # the digest is compared across machines
+        swapped = array("i", raw.tobytes())
+        swapped.byteswap()
+        return data_crc, zlib.crc32(swapped, lengths_crc)
+    return data_crc, zlib.crc32(raw, lengths_crc)
 
 
 def _fold_topic(crc: int, topic: str | None, run: int) -> int:

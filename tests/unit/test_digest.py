@@ -88,3 +88,16 @@ def test_topics_partitions_and_headers_count() -> None:
     assert one("out2", None, None) != plain
     assert one("out", 1, None) != plain
     assert one("out", None, [("h", b"1")]) != plain
+
+
+def test_records_without_keys_and_empty_values_digest_alike_on_both_paths() -> None:
+    values: list[bytes | None] = [b"", b"", None, b"x"]
+    many = DigestingTransaction(Sink())
+    many.send_many("out", values, None)
+    one_by_one = DigestingTransaction(Sink())
+    for value in values:
+        one_by_one.send("out", value, None)
+    assert many.digest() == one_by_one.digest()
+    empty_not_null = DigestingTransaction(Sink())
+    empty_not_null.send_many("out", [b"", b"", b"", b"x"], None)
+    assert many.digest() != empty_not_null.digest()
