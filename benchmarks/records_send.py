@@ -12,6 +12,8 @@ is aborted (nothing is ever committed):
   partitions, and a Python delivery callback per record collecting offsets (`_Deliveries`);
 - `send_many`: `TaskTransaction.send_many` as the Arrow path calls it now: partitions computed
   for the batch, produce() with an explicit partition, delivery reports kept by a C callback;
+- `send_many + digest`: the same through the digest of the records that records mode keeps for
+  a repair (records/digest.py): what the digest costs a row;
 - `produce, no reports` and `produce_batch, no reports`: the floors, with no offsets and no
   delivery errors at all (what the protocol cannot do without), for comparison.
 
@@ -38,6 +40,7 @@ from kafka_txn_sink.kafka.producer import (
     _Deliveries,
     producer_config,
 )
+from kafka_txn_sink.records.digest import DigestingTransaction
 from kafka_txn_sink.testing.kafka_broker import create_topic
 
 ARROW_BATCH = 10_000  # rows per Arrow batch: PySpark's default maxRecordsPerBatch
@@ -77,7 +80,7 @@ def produce_batch(producer: Producer, topic: str, rows: Rows) -> None:
                 producer.poll(0.05)
 
 
-def send_many(txn: TaskTransaction, topic: str, rows: Rows) -> None:
+def send_many(txn: TaskTransaction | DigestingTransaction, topic: str, rows: Rows) -> None:
     """The Arrow path now: `TaskTransaction.send_many` per Arrow batch."""
     values, keys = rows
     for start in range(0, len(values), ARROW_BATCH):
@@ -94,13 +97,19 @@ def timed(send: Callable[[], None], flush: Callable[[], None], rows: int) -> tup
     return rows / elapsed, cpu / rows * 1e6
 
 
-def run_send_many(bootstrap: str, topic: str, rows: Rows) -> tuple[float, float]:
-    """One transaction through `TaskTransaction`: send_many, then prepare (flush, offsets)."""
+def run_send_many(
+    bootstrap: str, topic: str, rows: Rows, digest: bool = False
+) -> tuple[float, float]:
+    """One transaction through `TaskTransaction`: send_many, then prepare (flush, offsets);
+    with `digest`, through the records' digest as records mode sends (records/digest.py)."""
     txn = TaskTransaction(producer_config(bootstrap, {}, _txn_id(), 120_000), TIMEOUT_S)
     txn.init()
     prepared: list[Prepared | None] = []
+    sender: Any = DigestingTransaction(txn) if digest else txn
     result = timed(
-        lambda: send_many(txn, topic, rows), lambda: prepared.append(txn.prepare()), len(rows[0])
+        lambda: send_many(sender, topic, rows),
+        lambda: prepared.append(txn.prepare()),
+        len(rows[0]),
     )
     assert prepared[0] is not None and prepared[0].rows == len(rows[0])
     txn.abort()
@@ -143,6 +152,7 @@ def _txn_id() -> str:
 PATHS: dict[str, Callable[[str, str, Rows], tuple[float, float]]] = {
     "per-record callback": lambda b, t, r: run_raw(b, t, r, per_record_callback, True),
     "send_many": run_send_many,
+    "send_many + digest": lambda b, t, r: run_send_many(b, t, r, digest=True),
     "produce, no reports": lambda b, t, r: run_raw(b, t, r, per_record_callback, False),
     "produce_batch, no reports": lambda b, t, r: run_raw(b, t, r, produce_batch, False),
 }
