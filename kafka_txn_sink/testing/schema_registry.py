@@ -81,7 +81,7 @@ def _build(version: str, out: Path) -> None:
     errors: list[str] = []
     for extra in ([], ["-U"]):  # -U only on retry: re-check what a failed run cached
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(REGISTRY_PROJECT, project)
+        shutil.copytree(REGISTRY_PROJECT, project, ignore=shutil.ignore_patterns("target"))
         pom = project / "pom.xml"
         text, count = _PARENT_VERSION.subn(f"<version>{version}</version>", pom.read_text())
         if count != 1:
