@@ -135,6 +135,12 @@ def s3_bucket(kts_s3_bucket: str) -> str:
 
 
 @pytest.fixture(scope="session")
+def schema_registry(kts_schema_registry: testing.SchemaRegistry) -> testing.SchemaRegistry:
+    """The session's Schema Registry (Apicurio Registry); ``.url`` is its ccompat v7 API."""
+    return kts_schema_registry
+
+
+@pytest.fixture(scope="session")
 def spark_jars(kts_spark_jars: list[str]) -> list[str]:
     """Jar paths for ``spark.jars`` (``",".join(spark_jars)``): Kafka source/sink and Avro."""
     return kts_spark_jars

@@ -10,6 +10,8 @@
 - A Spark Connect server started from an installed PySpark, for queries a Connect client sends,
   that tests kill with its whole process tree and start again (``spark_connect``).
 - An S3-compatible HTTP server: moto in server mode (``s3_server``).
+- A Schema Registry serving the Confluent-compatible API: Apicurio Registry, rebuilt by Maven from
+  Maven Central's jars (``schema_registry``).
 - The Spark packages (Kafka source/sink, Avro) that pyspark does not ship (``jars``), and a local
   SparkSession with them (``spark_session``).
 - For tests of pipelines that end in the sink: pytest fixtures (``plugin``, loaded by pytest
@@ -65,6 +67,11 @@ from kafka_txn_sink.testing.s3_server import (
     set_default_aws_env,
     sink_s3_options,
 )
+from kafka_txn_sink.testing.schema_registry import (
+    SchemaRegistry,
+    apicurio_version,
+    registry_runner,
+)
 from kafka_txn_sink.testing.secured_broker import KafkaUser, SecuredKafkaBroker
 from kafka_txn_sink.testing.spark_session import BOOTSTRAP_CONF, local_spark, stop_spark
 
@@ -82,8 +89,10 @@ __all__ = [
     "KafkaCluster",
     "KafkaUser",
     "S3Server",
+    "SchemaRegistry",
     "SecuredKafkaBroker",
     "TestbedError",
+    "apicurio_version",
     "cache_dir",
     "create_bucket",
     "create_topic",
@@ -98,6 +107,7 @@ __all__ = [
     "read_committed",
     "read_referenced_files",
     "read_versions",
+    "registry_runner",
     "s3_endpoint",
     "s3_settings",
     "set_default_aws_env",

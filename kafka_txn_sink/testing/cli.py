@@ -1,6 +1,6 @@
 """``python -m kafka_txn_sink.testing fetch|up|down``: the test bed from a shell.
 
-    python -m kafka_txn_sink.testing fetch [--kafka-version V]  # resolve all jars into the cache
+    python -m kafka_txn_sink.testing fetch [--kafka-version V]  # all jars and the registry, cached
     python -m kafka_txn_sink.testing up [--dir D]       # broker + S3 in the background, D/env
     python -m kafka_txn_sink.testing down [--dir D]     # stop them
 
@@ -28,6 +28,7 @@ from kafka_txn_sink.testing.jars import (
 from kafka_txn_sink.testing.kafka_broker import KafkaBroker
 from kafka_txn_sink.testing.processes import pid_alive, terminate_pid
 from kafka_txn_sink.testing.s3_server import S3Server
+from kafka_txn_sink.testing.schema_registry import apicurio_version, registry_runner
 
 DESCRIPTION = "Test bed of kafka_txn_sink, from real parts only."
 DEFAULT_UP_DIR = Path(".testbed")
@@ -38,13 +39,14 @@ def _read_env_file(path: Path) -> dict[str, str]:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    """Resolve the broker's and Spark's jars into the cache and list them."""
+    """Resolve the broker's and Spark's jars and build the Schema Registry into the cache."""
     started = time.monotonic()
     kafka_dir = kafka_jars(args.kafka_version)
     print(f"kafka {args.kafka_version or default_kafka_version()}: {kafka_dir}")
     print(f"pyspark {pyspark_version()}; spark packages {spark_package_versions()}")
     for jar in spark_jars():
         print(f"spark jar: {jar}")
+    print(f"schema registry (Apicurio Registry {apicurio_version()}): {registry_runner()}")
     print(f"fetched in {time.monotonic() - started:.1f}s")
     return 0
 
@@ -102,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m kafka_txn_sink.testing",
                                      description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
-    fetch = sub.add_parser("fetch", help="resolve the broker and Spark jars into the cache")
+    fetch = sub.add_parser("fetch", help="resolve the broker and Spark jars, build the Schema "
+                           "Registry, into the cache")
     fetch.add_argument("--kafka-version", default=None)
     fetch.set_defaults(func=cmd_fetch)
     up = sub.add_parser("up", help="start broker + S3 in the background, write DIR/env")

@@ -10,6 +10,10 @@ fixture; then each part is started once per test session:
 - ``kts_s3``: an S3-compatible server (moto in server mode, the ``testing`` extra); or the
   endpoint at ``$KTS_S3_ENDPOINT``. It has ``.endpoint``; ``kts_s3_bucket`` is a new bucket per
   test, and ``sink_s3_options(endpoint)`` / ``s3_settings(endpoint)`` reach it.
+- ``kts_schema_registry``: a Schema Registry (Apicurio Registry, built by Maven from Maven
+  Central's jars; Java and Maven needed) serving the Confluent-compatible API at ``.url``, for
+  ``confluent_kafka.schema_registry.SchemaRegistryClient`` and its serializers; schemas in
+  memory, for the session.
 - ``kts_spark``: a local SparkSession with Spark's Kafka connector and spark-avro on
   ``spark.jars`` (``kts_spark_jars``), at the version of ``SPARK_VERSION`` in ``versions.env``
   unless ``KTS_SPARK_KAFKA_VERSION`` (and friends) say otherwise; settings from
@@ -33,6 +37,7 @@ from kafka_txn_sink.testing.errors import TestbedError
 from kafka_txn_sink.testing.jars import spark_jars
 from kafka_txn_sink.testing.kafka_broker import AnyKafkaBroker, ExternalKafkaBroker, KafkaBroker
 from kafka_txn_sink.testing.s3_server import AnyS3Server, ExternalS3Server, S3Server, create_bucket
+from kafka_txn_sink.testing.schema_registry import SchemaRegistry
 from kafka_txn_sink.testing.spark_session import BOOTSTRAP_CONF, local_spark, stop_spark
 
 if TYPE_CHECKING:
@@ -86,6 +91,18 @@ def kts_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnyS3Server]:
 def kts_s3_bucket(kts_s3: AnyS3Server) -> str:
     """A new, empty bucket on ``kts_s3``."""
     return create_bucket(kts_s3.endpoint)
+
+
+@pytest.fixture(scope="session")
+def kts_schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistry]:
+    """The session's Schema Registry; ``.url`` is its Confluent-compatible API (ccompat v7)."""
+    registry = SchemaRegistry(tmp_path_factory.mktemp("kts_schema_registry"))
+    try:
+        with _reported():
+            registry.start()
+        yield registry
+    finally:
+        registry.stop()
 
 
 @pytest.fixture(scope="session")

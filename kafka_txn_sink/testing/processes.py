@@ -97,8 +97,8 @@ def maven_executable() -> str:
     found = shutil.which("mvn")
     if found is None:
         raise TestbedError("Maven (mvn) is not on PATH: it resolves the test bed's jars (Apache "
-                           "Kafka's broker, Spark's Kafka connector) from Maven Central; "
-                           "install Maven 3")
+                           "Kafka's broker, Spark's Kafka connector, the Schema Registry) from "
+                           "Maven Central; install Maven 3")
     return found
 
 

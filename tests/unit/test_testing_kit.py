@@ -50,6 +50,12 @@ def test_jars_without_maven_fail_saying_so(no_tools: dict[str, str]) -> None:
         testing.kafka_jars()
 
 
+def test_the_schema_registry_without_maven_fails_saying_so(no_tools: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    with pytest.raises(testing.TestbedError, match=r"Maven \(mvn\) is not on PATH.*Registry"):
+        testing.SchemaRegistry(tmp_path / "registry").start()
+
+
 USER_TESTS = """
 import sys
 
