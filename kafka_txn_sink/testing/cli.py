@@ -1,6 +1,6 @@
 """``python -m kafka_txn_sink.testing fetch|up|down``: the test bed from a shell.
 
-    python -m kafka_txn_sink.testing fetch [--kafka-version V]  # all jars and the registry, cached
+    python -m kafka_txn_sink.testing fetch [--kafka-version V] [--registry]  # jars (and registry)
     python -m kafka_txn_sink.testing up [--dir D]       # broker + S3 in the background, D/env
     python -m kafka_txn_sink.testing down [--dir D]     # stop them
 
@@ -39,14 +39,16 @@ def _read_env_file(path: Path) -> dict[str, str]:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    """Resolve the broker's and Spark's jars and build the Schema Registry into the cache."""
+    """Resolve the broker's and Spark's jars (with --registry, build the Schema Registry too)
+    into the cache."""
     started = time.monotonic()
     kafka_dir = kafka_jars(args.kafka_version)
     print(f"kafka {args.kafka_version or default_kafka_version()}: {kafka_dir}")
     print(f"pyspark {pyspark_version()}; spark packages {spark_package_versions()}")
     for jar in spark_jars():
         print(f"spark jar: {jar}")
-    print(f"schema registry (Apicurio Registry {apicurio_version()}): {registry_runner()}")
+    if args.registry:
+        print(f"schema registry (Apicurio Registry {apicurio_version()}): {registry_runner()}")
     print(f"fetched in {time.monotonic() - started:.1f}s")
     return 0
 
@@ -104,9 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m kafka_txn_sink.testing",
                                      description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
-    fetch = sub.add_parser("fetch", help="resolve the broker and Spark jars, build the Schema "
-                           "Registry, into the cache")
+    fetch = sub.add_parser("fetch", help="resolve the broker and Spark jars into the cache")
     fetch.add_argument("--kafka-version", default=None)
+    # Off in CI until records mode speaks the registry's formats (issue 27); the registry
+    # fixture builds it on first use.
+    fetch.add_argument("--registry", action="store_true", help="also build the Schema Registry")
     fetch.set_defaults(func=cmd_fetch)
     up = sub.add_parser("up", help="start broker + S3 in the background, write DIR/env")
     up.add_argument("--dir", default=str(DEFAULT_UP_DIR))
