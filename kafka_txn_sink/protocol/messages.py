@@ -18,7 +18,7 @@ from kafka_txn_sink.errors import CommitLogError
 if TYPE_CHECKING:
     from kafka_txn_sink.protocol.task_commit import TaskCommit
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: digests and repairs; a version-1 sink refuses such records as newer
 
 TaskStatus = Literal["prepared", "empty", "skipped"]
 
@@ -134,8 +134,7 @@ class Decision:
     # before it (`Abort`).
     round: int = 0
     # A repair (protocol/repair.py) is a decision at `level` >= 1 of a decided batch: its
-    # participants write again the records of the lost transactions `repaired` names;
-    # `refused` are the lost ones no replayed task wrote again (kept lost for good).
+    # participants write again the lost transactions `repaired` names; `refused`: lost for good.
     level: int = 0
     repaired: tuple[Triple, ...] = ()
     refused: tuple[LostParticipant, ...] = ()

@@ -25,7 +25,7 @@ from kafka_txn_sink.errors import KafkaTxnSinkError, SupersededError
 from kafka_txn_sink.kafka.admin_api import NOT_FOUND, ONGOING, TransactionAdmin, TxnState
 from kafka_txn_sink.protocol.complete import MAX_REPUBLISH_ROUNDS, Settler
 from kafka_txn_sink.protocol.messages import Completion, Decision, Triple, now_ms
-from kafka_txn_sink.protocol.repair import batch_levels, latest_word, settle_repairs
+from kafka_txn_sink.protocol.repair import batch_levels, latest_word
 from kafka_txn_sink.protocol.runs import RunRef, check_current, may_abort, standing
 from kafka_txn_sink.protocol.txn_ids import SLOTS, owns, republish_id, slot_of, transactional_id
 
@@ -161,8 +161,9 @@ def incomplete_decisions(commit_log: CommitLog) -> list[Decision]:
 
 
 def roll_forward(commit_log: CommitLog, settler: Settler) -> list[Completion]:
-    """Complete every decided batch that has no completion marker yet, oldest first, and the
-    latest batch's repairs left without theirs (repair.py).
+    """Complete every decided batch that has no completion marker yet, oldest first (the
+    repairs of the latest batch left without theirs are completed when the start plans the
+    next repair: repair.py `plan_repair`).
 
     A loss found here is recorded, not raised: the batch was not recorded in Spark's
     checkpoint (its commit() did not return), so Spark replays it, and the replay repairs it.
@@ -179,9 +180,6 @@ def roll_forward(commit_log: CommitLog, settler: Settler) -> list[Completion]:
         if completion.lost:
             log.warning(_LOSS_FOUND, decision.batch_id, decision.sink_id, len(completion.lost))
         done.append(completion)
-    latest = commit_log.latest_decision()
-    if latest is not None:
-        settle_repairs(commit_log, settler, latest)
     return done
 
 

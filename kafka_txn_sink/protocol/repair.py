@@ -39,6 +39,7 @@ from kafka_txn_sink.errors import (
     CommitLogError,
     DecisionInDoubtError,
     ParticipantNotCommittableError,
+    TransactionCompletionError,
     TransactionLostError,
 )
 from kafka_txn_sink.kafka.admin_api import ONGOING, TransactionAdmin
@@ -118,8 +119,8 @@ def batch_levels(commit_log: CommitLog, decision: Decision) -> BatchLevels:
     return BatchLevels((decision, *repairs), (first, *completions))
 
 
-# Batches seen complete without losses, per log: what spares a read before every batch.
-_LOSSLESS: set[tuple[str, int]] = set()
+# Per log, the latest batch seen complete without losses: what spares the reads before a batch.
+_LOSSLESS: dict[str, int] = {}
 _LOSSLESS_LOCK = threading.Lock()
 
 
@@ -127,18 +128,30 @@ def remember_lossless(commit_log: CommitLog, completion: Completion) -> None:
     """Note that `completion`'s batch is complete with nothing lost (never changes after)."""
     if not completion.lost and completion.level == 0:
         with _LOSSLESS_LOCK:
-            _LOSSLESS.add((commit_log.uri, completion.batch_id))
+            _LOSSLESS[commit_log.uri] = completion.batch_id
 
 
-def plan_repair(commit_log: CommitLog, decision: Decision | None) -> RepairPlan | None:
-    """The repair a replay of `decision`'s batch writes, or None: nothing waits, or a level of
-    the batch is not settled yet (the roll-forward settles it first)."""
+def plan_repair(
+    commit_log: CommitLog, decision: Decision | None, settler: Settler | None = None
+) -> RepairPlan | None:
+    """The repair a replay of `decision`'s batch writes, or None when nothing waits. With a
+    `settler`, repairs left without their completion are completed first (`settle_repairs`);
+    without one, a batch with such a level plans nothing.
+
+    A batch this process saw complete without losses costs no read; any other, one read of
+    its completion, and more only when that records a loss.
+
+    Raises:
+        TransactionCompletionError / TransactionFateUnknownError: as `Settler.complete`.
+    """
     if decision is None:
         return None
     with _LOSSLESS_LOCK:
-        if (commit_log.uri, decision.batch_id) in _LOSSLESS:
+        if _LOSSLESS.get(commit_log.uri) == decision.batch_id:
             return None
     levels = batch_levels(commit_log, decision)
+    if levels.unsettled() and settler is not None:
+        levels = settle_repairs(commit_log, settler, decision, levels)
     if not levels.settled:
         return None
     waiting = levels.waiting()
@@ -149,18 +162,25 @@ def plan_repair(commit_log: CommitLog, decision: Decision | None) -> RepairPlan 
     return RepairPlan(decision.batch_id, levels.next_level, tuple(waiting))
 
 
-def settle_repairs(commit_log: CommitLog, settler: Settler, decision: Decision) -> BatchLevels:
-    """Complete every repair of `decision`'s batch left without its completion (a run that
-    stopped after putting it); the batch's levels afterwards.
+def settle_repairs(
+    commit_log: CommitLog,
+    settler: Settler,
+    decision: Decision,
+    levels: BatchLevels | None = None,
+) -> BatchLevels:
+    """Complete every level of `decision`'s batch left without its completion (a run that
+    stopped after putting a repair); the batch's levels read afterwards.
 
     Raises:
         TransactionCompletionError / TransactionFateUnknownError: as `Settler.complete`.
     """
-    levels = batch_levels(commit_log, decision)
-    for repair in levels.unsettled():
-        log.warning("completing repair %d of batch %d", repair.level, repair.batch_id)
-        settler.complete(repair)
-    return batch_levels(commit_log, decision) if levels.unsettled() else levels
+    levels = levels or batch_levels(commit_log, decision)
+    if not levels.unsettled():
+        return levels
+    for level in levels.unsettled():
+        log.warning("completing level %d of batch %d", level.level, level.batch_id)
+        settler.complete(level)
+    return batch_levels(commit_log, decision)
 
 
 def latest_word(commit_log: CommitLog) -> Decision | None:
@@ -212,26 +232,43 @@ class Repairer:
                 or a repair refused some just now (raised once; they stay lost).
             ParticipantNotCommittableError: a repair transaction is no longer open.
             SupersededError: a newer run repaired the batch.
+            TransactionCompletionError: a level of the batch is not settled yet.
             DecisionInDoubtError: the repair's write got no answer.
         """
-        levels = settle_repairs(self._log, self._settler, decision)
-        for repair in levels.levels[1:]:
-            check_decided_by(repair, self._run, self._log)
+        levels = self._settled(decision)
         waiting = levels.waiting()
+        mine = [t for t in tasks if t.level == levels.next_level] if waiting else []
+        self._abort(t for t in tasks if t.level > 0 and t not in mine)
         if not waiting:
-            self._abort(t for t in tasks if t.level > 0)
             return
-        mine = [t for t in tasks if t.level == levels.next_level]
         if not mine:
-            self._abort(t for t in tasks if t.level > 0)
             raise TransactionLostError(_waiting_message(decision, waiting))
         repair, ours = self._record(decision, levels.next_level, waiting, mine)
         self._settler.complete(repair)
-        still = batch_levels(self._log, decision).waiting()
-        if still:
-            raise TransactionLostError(_waiting_message(decision, still))
+        # Read again: another run may have put a level above ours meanwhile. The batch passes
+        # only once every level is settled and nothing waits, never on "no loss recorded".
+        after = self._settled(decision)
+        if after.waiting():
+            raise TransactionLostError(_waiting_message(decision, after.waiting()))
         if repair.refused and ours:
             raise TransactionLostError(_refused_message(decision, repair))
+
+    def _settled(self, decision: Decision) -> BatchLevels:
+        """The batch's levels, each completed (another run's too), none by a newer run.
+
+        Raises:
+            SupersededError: a newer run repaired the batch.
+            TransactionCompletionError: a level's fate is still open.
+        """
+        levels = settle_repairs(self._log, self._settler, decision)
+        for level in levels.levels[1:]:
+            check_decided_by(level, self._run, self._log)
+        if not levels.settled:  # a level put after our completion read: settled next time
+            raise TransactionCompletionError(
+                f"batch {decision.batch_id} of sink {self._sink_id}: repair "
+                f"{levels.unsettled()[0].level} is not settled yet; the next attempt settles it"
+            )
+        return levels
 
     def _record(
         self,

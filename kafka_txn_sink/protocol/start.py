@@ -87,7 +87,7 @@ def start_batch(options: SinkOptions) -> BatchStart:
     with driver_session(options) as session:
         latest, run = _claim_and_recover(session)
         _check_use(options, latest, batch_write=False)
-        repair = plan_repair(session.commit_log, latest)
+        repair = plan_repair(session.commit_log, latest, session.settler)
     return BatchStart(
         options,
         log_query_id=latest.query_id if latest else None,
@@ -177,7 +177,7 @@ def written_before(
         TransactionLostError: rows of the write are lost for good; this run is released and
             nothing is written.
     """
-    repair = plan_repair(session.commit_log, decision)
+    repair = plan_repair(session.commit_log, decision, session.settler)
     if repair is not None:
         log.warning(
             "write %r of sink %s was decided before (batch %d), but %d of its transactions "

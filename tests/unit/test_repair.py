@@ -8,10 +8,11 @@ tests/e2e/test_repair.py.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
-from kafka_txn_sink.errors import TransactionLostError
+from kafka_txn_sink.errors import SupersededError, TransactionCompletionError, TransactionLostError
 from kafka_txn_sink.kafka.admin_api import Fate
 from kafka_txn_sink.protocol.messages import Triple
 from kafka_txn_sink.protocol.recover import sink_holdings
@@ -221,3 +222,28 @@ def test_the_clean_up_holds_a_repair_without_its_completion(driver: Driver) -> N
     assert pending.prepared_triple not in {s.triple for s in holdings.stale()}
     # The newer run's repair tells the clean-up that run 0 can decide nothing more.
     assert latest_word(driver.log).run == 1  # type: ignore[union-attr]
+
+
+def test_a_level_put_above_ours_meanwhile_does_not_let_the_batch_through(
+    driver: Driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run 0 puts repair 1; before it completes it, a newer run completed that level (finding
+    it lost again) and put repair 2, which is not settled: run 0 must not let Spark record the
+    batch on "nothing waits" (the model's rejected design `loss-recorded`)."""
+    decide_and_lose(driver)
+    ours = replay(driver, {1: "10-bbbb"})
+    settler = driver.committer._settler
+    complete = settler.complete
+
+    def complete_then_a_newer_run_acts(decision: Any) -> Any:
+        settled = complete(decision)
+        if decision.level == 1 and driver.log.repair(0, 2) is None:
+            lost = driver.log.completion(0).lost  # type: ignore[union-attr]
+            newer = dataclasses.replace(decision, run=1, level=2, repaired=(lost[0].triple,))
+            driver.log.put_repair(newer)
+        return settled
+
+    monkeypatch.setattr(settler, "complete", complete_then_a_newer_run_acts)
+
+    with pytest.raises((SupersededError, TransactionCompletionError)):
+        driver.committer.commit(ours, 0)
