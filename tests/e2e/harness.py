@@ -303,7 +303,7 @@ from kafka_txn_sink.records.columns import plan_columns
 
 given, batch_id, partition = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 options = parse_options(given).with_transaction_timeout(60_000)
-log = open_commit_log(options.commit_log, options.s3)
+log = open_commit_log(options.commit_log, options.s3, options.commit_log_format)
 owner = log.owners()[-1]
 schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
 plan = TaskPlan(options, plan_columns(schema, options.topic), None,
