@@ -53,6 +53,7 @@ from kafka_txn_sink.storage import Storage
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+L = TypeVar("L", Completion, Decision)  # the records kept per (batch, level)
 
 SINK = "_sink.json"
 DECISIONS = "decisions/"
@@ -105,21 +106,20 @@ class JsonCommitLog(CommitLogBase):
     def completion(self, batch_id: int, level: int = 0) -> Completion | None:
         """The completion marker of `batch_id`'s decision (or of its repair `level`), or None."""
         name = completion_name(batch_id, level)
-        found = self._read(name, Completion.from_json)
-        if found is not None and (found.batch_id, found.level) != (batch_id, level):
-            raise CommitLogError(
-                f"{self.uri}/{name} holds the completion of batch {found.batch_id} (level "
-                f"{found.level})"
-            )
-        return found
+        return self._leveled(name, Completion.from_json, batch_id, level)
 
     def repair(self, batch_id: int, level: int) -> Decision | None:
         """The repair of `batch_id` at `level`, or None."""
-        name = repair_name(batch_id, level)
-        found = self._read(name, Decision.from_json)
+        return self._leveled(repair_name(batch_id, level), Decision.from_json, batch_id, level)
+
+    def _leveled(
+        self, name: str, parse: Callable[[bytes], L], batch_id: int, level: int
+    ) -> L | None:
+        """The record at `name`, checked to be `batch_id`'s at `level`, or None."""
+        found = self._read(name, parse)
         if found is not None and (found.batch_id, found.level) != (batch_id, level):
             raise CommitLogError(
-                f"{self.uri}/{name} holds the repair of batch {found.batch_id} (level "
+                f"{self.uri}/{name} holds a record of batch {found.batch_id} (level "
                 f"{found.level})"
             )
         return found
