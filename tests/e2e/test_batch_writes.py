@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kafka_txn_sink import failpoints
+from kafka_txn_sink.kafka.txn_admin import ONGOING
 from kafka_txn_sink.protocol.messages import Decision
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import (
@@ -28,12 +29,15 @@ from tests.e2e.harness import (
     committed_report,
     create_small_topic,
     create_topics,
+    describe,
     finish,
     kill_group,
     open_transactions,
     produce_ids,
+    wait_until,
 )
 from tests.e2e.test_files_mode import assert_files_exactly_once
+from tests.e2e.test_repair import TIMEOUTS
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -244,6 +248,36 @@ def test_killed_after_the_decision_the_rerun_completes_it(pipeline: Pipeline) ->
     assert_exactly_once(pipeline, IDS)
     assert_files_exactly_once(pipeline, IDS)
     assert log.completion(0) is not None
+
+
+def test_killed_after_the_decision_past_the_timeout_the_rerun_repairs_it(
+    pipeline: Pipeline,
+) -> None:
+    with_files(pipeline)
+    pipeline.options.update(TIMEOUTS)
+    kill_at(pipeline, "late", "driver.after_decision")
+    decision = the_decision(pipeline)
+    txn_ids = [p.transactional_id for p in decision.participants]
+    wait_until(
+        lambda: all(s.state != ONGOING for s in describe(pipeline.bootstrap, txn_ids).values()),
+        timeout_s=90,
+        what="the coordinators' timeout abort of the write's transactions",
+    )
+
+    outcome = run_write(pipeline, "late")
+
+    assert outcome.returncode == 0, outcome.error
+    assert "were aborted by the brokers: this run writes their rows again (repair 1)" in (
+        outcome.stderr
+    )
+    assert_exactly_once(pipeline, IDS)
+    assert_files_exactly_once(pipeline, IDS)  # the references republished, no file repaired
+    log = pipeline.open_log()
+    completion, repair = log.completion(0), log.repair(0, 1)
+    assert completion is not None and repair is not None
+    assert len(completion.lost) == len(repair.repaired) == len(decision.participants)
+    assert repair.refused == ()
+    assert open_transactions(pipeline.bootstrap, pipeline.sink_id) == []
 
 
 # -- what fails, fails whole -----------------------------------------------------------------------
