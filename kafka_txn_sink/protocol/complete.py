@@ -27,11 +27,13 @@ from kafka_txn_sink.errors import (
     TransactionLostError,
 )
 from kafka_txn_sink.kafka.admin_api import (
+    ONGOING,
     EndTxnResult,
     Fate,
     FateAnswer,
     FateProbe,
     TransactionAdmin,
+    TxnState,
 )
 from kafka_txn_sink.protocol.messages import (
     Completion,
@@ -290,6 +292,27 @@ UNRESOLVED = (
     "it settled; it stays unresolved: check by hand whether the consumers of these topics "
     "received these rows."
 )
+
+
+def time_left(
+    admin: TransactionAdmin, participants: Sequence[Participant]
+) -> list[tuple[Participant, TxnState | None, int | None]]:
+    """Each participant, its id's state at the coordinator, and the ms its transaction has left
+    before the coordinator's timeout aborts it: None when the id is not open as its triple.
+
+    The check before a decision or a repair is recorded: only open transactions with time left
+    can be committed by it.
+    """
+    states = admin.describe(p.transactional_id for p in participants)
+    now = now_ms()
+    found: list[tuple[Participant, TxnState | None, int | None]] = []
+    for participant in participants:
+        state = states.get(participant.transactional_id)
+        if state is None or state.state != ONGOING or state.triple != participant.triple:
+            found.append((participant, state, None))
+        else:
+            found.append((participant, state, state.start_ms + state.timeout_ms - now))
+    return found
 
 
 def _still_lost(participant: Participant, republish: Republish | None) -> bool:

@@ -46,9 +46,9 @@ from kafka_txn_sink.errors import (
     SupersededError,
     TransactionTooOldError,
 )
-from kafka_txn_sink.kafka.admin_api import ONGOING, TransactionAdmin
+from kafka_txn_sink.kafka.admin_api import TransactionAdmin
 from kafka_txn_sink.options import SinkOptions
-from kafka_txn_sink.protocol.complete import Settler
+from kafka_txn_sink.protocol.complete import Settler, time_left
 from kafka_txn_sink.protocol.messages import Abort, Decision, Participant, now_ms
 from kafka_txn_sink.protocol.prepare import BatchWrite
 from kafka_txn_sink.protocol.recover import CleanupSchedule, clean_up
@@ -308,19 +308,15 @@ class Committer:
             ) from exc
 
     def _check_prepared(self, participants: Sequence[Participant], batch_id: int) -> None:
-        states = self._txn_admin.describe(p.transactional_id for p in participants)
-        now = now_ms()
         too_old = []
-        for participant in participants:
-            state = states.get(participant.transactional_id)
-            if state is None or state.state != ONGOING or state.triple != participant.triple:
+        for participant, state, left_ms in time_left(self._txn_admin, participants):
+            if left_ms is None:
                 raise ParticipantNotCommittableError(
                     f"batch {batch_id}: the transaction of Spark partition "
                     f"{participant.partition} ({participant.triple}) is no longer open: the "
                     f"coordinator reports {state}. It was fenced or aborted; nothing of the "
                     f"batch is published and {self._runs_again()}."
                 )
-            left_ms = state.start_ms + state.timeout_ms - now
             if left_ms < self._options.margin_ms:
                 too_old.append((participant, left_ms))
         if too_old:

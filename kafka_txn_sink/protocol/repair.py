@@ -42,8 +42,8 @@ from kafka_txn_sink.errors import (
     TransactionCompletionError,
     TransactionLostError,
 )
-from kafka_txn_sink.kafka.admin_api import ONGOING, TransactionAdmin
-from kafka_txn_sink.protocol.complete import Settler
+from kafka_txn_sink.kafka.admin_api import TransactionAdmin
+from kafka_txn_sink.protocol.complete import Settler, time_left
 from kafka_txn_sink.protocol.messages import (
     Completion,
     Decision,
@@ -317,16 +317,8 @@ class Repairer:
         return holder, ours
 
     def _check_open(self, batch_id: int, participants: Sequence[Participant]) -> None:
-        states = self._txn_admin.describe(p.transactional_id for p in participants)
-        now = now_ms()
-        for participant in participants:
-            state = states.get(participant.transactional_id)
-            if (
-                state is None
-                or state.state != ONGOING
-                or state.triple != participant.triple
-                or state.start_ms + state.timeout_ms - now < self._margin_ms
-            ):
+        for participant, state, left_ms in time_left(self._txn_admin, participants):
+            if left_ms is None or left_ms < self._margin_ms:
                 raise ParticipantNotCommittableError(
                     f"batch {batch_id}: the repair transaction of Spark partition "
                     f"{participant.partition} ({participant.triple}) is not open with enough "
