@@ -23,6 +23,7 @@ from kafka_txn_sink.protocol.prepare import SPECULATION, TaskPlan, refuse_specul
 from kafka_txn_sink.protocol.start import BatchStart, start_batch, start_write
 from kafka_txn_sink.protocol.stream_writer import stream_writer_class
 from kafka_txn_sink.records.columns import plan_columns
+from kafka_txn_sink.serde.resolve import resolve
 
 NAME = "kafka_txn"
 
@@ -100,9 +101,12 @@ def register(spark: SparkSession) -> None:
 def _plan(
     options: SinkOptions, schema: StructType, start: Callable[[SinkOptions], BatchStart]
 ) -> TaskPlan:
-    """Check the input schema against each output, then `start` the batch: the tasks' plan."""
-    columns = plan_columns(schema, options.topic) if options.records_mode else None
+    """Check the input schema against each output, resolve the record formats' schema ids
+    (before any transaction opens), then `start` the batch: the tasks' plan."""
+    encoded = [f.column for f in options.serde.fields()]
+    columns = plan_columns(schema, options.topic, encoded) if options.records_mode else None
     files_plan = _plan_files(options, schema)
+    encodings = resolve(options.serde, schema, options.topic)
     started = start(options)
     return TaskPlan(
         options=started.options,
@@ -113,6 +117,7 @@ def _plan(
         run=started.run,
         write=started.write,
         repair=started.repair,
+        encodings=encodings,
     )
 
 

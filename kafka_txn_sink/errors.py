@@ -84,3 +84,8 @@ class PermissionDeniedError(KafkaTxnSinkError):
 
 class AuthenticationFailedError(KafkaTxnSinkError):
     """The brokers refused the client's credentials; the error names the mechanism."""
+
+
+class SchemaRegistryError(KafkaTxnSinkError):
+    """The Schema Registry cannot be reached, or refuses a schema (records' key or value
+    formats); the batch writes nothing."""

@@ -2,7 +2,8 @@
 
 The core install runs records mode with a JSON commit log on a local or mounted path. Each other
 feature comes with an extra: files mode (`files`), an `s3://` location (`s3`), the Delta commit
-log (`delta`), a PKCS#12 keystore (`keystore`), the verifier (`verify`); `all` has them all. The
+log (`delta`), a PKCS#12 keystore (`keystore`), the verifier (`verify`), record formats of a
+Schema Registry (`registry`); `all` has them all. The
 driver checks the options at its start (`check_install`, called by `options.parse_options`) and
 the command line checks its arguments (`require`), so that a missing extra is one clear error
 naming the option and the `pip install` line, never an ImportError in a task.
@@ -29,6 +30,7 @@ EXTRAS: Mapping[str, tuple[str, ...]] = {
     "delta": ("deltalake",),
     "keystore": ("cryptography",),
     "verify": ("numpy", "fastavro", "boto3", "botocore"),
+    "registry": ("confluent_kafka.schema_registry", "fastavro", "jsonschema"),
 }
 
 
@@ -49,6 +51,7 @@ def needs(options: SinkOptions) -> list[tuple[str, str]]:
     if options.files is not None:
         found.append(("option path (files mode)", "files"))
         found += location_needs("option path", options.files.path)
+    found += [(f"option {f.column}Format={f.format}", "registry") for f in options.serde.fields()]
     if any(key.lower() == "ssl.keystore.location" for key in options.kafka):
         found.append(("option kafka.ssl.keystore.location", "keystore"))
     return found

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from kafka_txn_sink import margin
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
@@ -19,30 +19,21 @@ from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.extras import check_install
 from kafka_txn_sink.kafka.producer import producer_config
 from kafka_txn_sink.kafka.security import client_settings
+from kafka_txn_sink.option import Option, truthy
 from kafka_txn_sink.protocol.txn_ids import validate_sink_id
 from kafka_txn_sink.redaction import mask_in_logs, redact
+from kafka_txn_sink.serde.options import (
+    KEY_FORMAT,
+    REGISTRY_PREFIX,
+    REGISTRY_SETTINGS,
+    SERDE_OPTIONS,
+    VALUE_FORMAT,
+    SerdeOptions,
+    parse_serde_options,
+)
 from kafka_txn_sink.storage import S3Settings
 
 MiB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option: its name as users write it, and what the README says of it."""
-
-    name: str
-    meaning: str
-    default: str = ""  # as the README shows it; "" for none
-    required: str = "no"
-    group: Literal["sink", "files"] = "sink"
-
-    @property
-    def key(self) -> str:
-        """The name as Spark hands it over case-insensitively (lower case)."""
-        return self.name.lower()
-
-    def __str__(self) -> str:
-        return self.name
 
 
 # -- the sink -----------------------------------------------------------------------------------
@@ -214,6 +205,7 @@ OPTIONS: tuple[Option, ...] = (
     MAX_BYTES_PER_FILE,
     MAX_OPEN_FILES,
     SCHEMA_INLINE_MAX_BYTES,
+    *SERDE_OPTIONS,
 )
 
 DEFAULT_MAX_BYTES_PER_FILE = int(MAX_BYTES_PER_FILE.default)
@@ -250,7 +242,8 @@ _SPARK_OPTIONS = frozenset(
         "queryname",
     }
 )
-_KNOWN = frozenset(o.key for o in OPTIONS if o is not KAFKA_SETTINGS) | _SPARK_OPTIONS
+_KNOWN = frozenset(o.key for o in OPTIONS if o not in (KAFKA_SETTINGS, REGISTRY_SETTINGS))
+_KNOWN |= _SPARK_OPTIONS
 _FILES_KEYS = frozenset(o.key for o in OPTIONS if o.group == "files")
 
 MIN_TRANSACTION_TIMEOUT_MS = 1_000
@@ -295,6 +288,7 @@ class SinkOptions:
     commit_log_format: LogFormat = "json"
     files: FilesOptions | None = None  # files mode, when option path is set
     write_id: str | None = None  # a batch write's id (option writeId); None in streaming
+    serde: SerdeOptions = field(default_factory=SerdeOptions)  # records' key and value formats
 
     @property
     def records_mode(self) -> bool:
@@ -412,7 +406,13 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         commit_log_format=_log_format(options),
         files=files,
         write_id=_write_id(options),
+        serde=parse_serde_options(options, raw),
     )
+    if parsed.serde.uses_registry and not parsed.records_mode:
+        raise ConfigError(
+            f"options {KEY_FORMAT} and {VALUE_FORMAT} are for records mode (option {TOPIC}); "
+            f"files mode writes Avro files of its own schema"
+        )
     check_install(parsed)  # on the driver, before any task: a missing extra is a clear error
     return parsed
 
@@ -456,9 +456,14 @@ def parse_files_options(options: Mapping[str, str]) -> FilesOptions | None:
 
 
 def options_tables() -> str:
-    """The README's option tables (Markdown), sink options then files mode's."""
+    """The README's option tables (Markdown): the sink's, files mode's, the record formats'."""
     sections = []
-    for group, title in (("sink", "Sink options"), ("files", "Files mode options")):
+    groups = (
+        ("sink", "Sink options"),
+        ("files", "Files mode options"),
+        ("registry", "Record formats and the Schema Registry (records mode)"),
+    )
+    for group, title in groups:
         header = ["| option | required | default | meaning |", "|---|---|---|---|"]
         lines = [f"#### {title}", "", *header]
         for option in OPTIONS:
@@ -472,7 +477,7 @@ def options_tables() -> str:
 
 def _reject_forbidden(options: Mapping[str, str]) -> None:
     for key, why in _REJECTED.items():
-        if key in options and (key != "asyncprogresstrackingenabled" or _truthy(options[key])):
+        if key in options and (key != "asyncprogresstrackingenabled" or truthy(options[key])):
             raise ConfigError(f"option {key} is not supported: {why}")
 
 
@@ -492,7 +497,9 @@ def _kafka_settings(raw: Mapping[str, str]) -> dict[str, str]:
 
 def _reject_unknown(options: Mapping[str, str], originals: Mapping[str, str]) -> None:
     unknown = sorted(
-        originals[k] for k in options if k not in _KNOWN and not k.startswith(KAFKA_PREFIX)
+        originals[k]
+        for k in options
+        if k not in _KNOWN and not k.startswith((KAFKA_PREFIX, REGISTRY_PREFIX))
     )
     if unknown:
         raise ConfigError(
@@ -515,7 +522,7 @@ def _s3_settings(options: Mapping[str, str], log_timeout_ms: int) -> S3Settings:
         region=options.get(S3_REGION.key) or None,
         access_key_id=options.get(S3_ACCESS_KEY_ID.key) or None,
         secret_access_key=options.get(S3_SECRET_ACCESS_KEY.key) or None,
-        path_style=_truthy(path_style) if path_style is not None else endpoint is not None,
+        path_style=truthy(path_style) if path_style is not None else endpoint is not None,
     )
 
 
@@ -585,10 +592,6 @@ def _number(options: Mapping[str, str], option: Option, default: int) -> int:
     if value < 0:
         raise ConfigError(f"option {option} must not be negative, got {value}")
     return value
-
-
-def _truthy(value: str) -> bool:
-    return value.strip().lower() in {"true", "1", "yes"}
 
 
 if __name__ == "__main__":

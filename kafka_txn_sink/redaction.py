@@ -18,7 +18,8 @@ from typing import Any
 MASK = "***"
 MIN_SECRET_LENGTH = 3  # shorter values would mask ordinary words; no real secret is this short
 
-_SECRET_HINTS = ("password", "secret", "jaas", "token", "ssl.key", "credentials")
+# "user.info" is the Schema Registry client's basic auth, user:password.
+_SECRET_HINTS = ("password", "secret", "jaas", "token", "ssl.key", "credentials", "user.info")
 
 _lock = threading.Lock()
 _secrets: tuple[str, ...] = ()  # every form of every secret, the longest first

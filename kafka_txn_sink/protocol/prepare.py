@@ -40,6 +40,7 @@ from kafka_txn_sink.protocol.task_commit import TaskCommit
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.records.columns import Columns
 from kafka_txn_sink.records.output import RecordsOutput
+from kafka_txn_sink.serde.resolve import Encodings
 
 # A batch write's decision carries `write:{writeId}` as its query id: never a Spark query id.
 WRITE_QUERY_PREFIX = "write:"
@@ -94,6 +95,7 @@ class TaskPlan:
     run: RunRef
     write: BatchWrite | None = None  # a batch write; None in a streaming query
     repair: RepairPlan | None = None  # what a replay of the latest decided batch writes again
+    encodings: Encodings | None = None  # the key's and value's registry formats (serde/)
 
 
 @dataclass(frozen=True)
@@ -227,7 +229,8 @@ def open_outputs(
     files = plan.options.files
     if plan.columns is not None:
         references = files.references_topic if files is not None else None
-        outputs.append(RecordsOutput(txn, plan.columns, plan.options.topic, references))
+        records = RecordsOutput(txn, plan.columns, plan.options.topic, references, plan.encodings)
+        outputs.append(records)
     if plan.files_plan is not None and not records_only:
         # Imported here: a records-only sink never loads files mode (fastavro, the Avro stack).
         from kafka_txn_sink.files.output import FilesOutput

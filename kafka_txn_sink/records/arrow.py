@@ -18,6 +18,7 @@ import pyarrow as pa
 from kafka_txn_sink.errors import InputError
 from kafka_txn_sink.protocol.output import Transaction
 from kafka_txn_sink.records.columns import Columns, Routing
+from kafka_txn_sink.serde.encode import Encoders
 
 Headers = list[tuple[str, bytes | None]]
 
@@ -41,15 +42,29 @@ class RecordColumns:
         return self.topics is None and self.partitions is None and self.headers is None
 
 
-def record_columns(batch: pa.RecordBatch, columns: Columns) -> RecordColumns:
-    """The used columns of `batch` (positions as in `columns`) as Python lists.
+def record_columns(
+    batch: pa.RecordBatch, columns: Columns, encoders: Encoders | None = None, first_row: int = 0
+) -> RecordColumns:
+    """The used columns of `batch` (positions as in `columns`) as Python lists; the key and
+    value through their `encoders` when they have a registry format (the batch's first row is
+    row `first_row` of the task).
 
     Raises:
-        InputError: a column has a type the sink cannot write.
+        InputError: a column has a type the sink cannot write, or a cell does not fit its
+            schema.
     """
+    encoders = encoders or Encoders()
+    value = batch.column(columns.value)
+    key = batch.column(columns.key) if columns.key is not None else None
     return RecordColumns(
-        values=bytes_list(batch.column(columns.value), "value"),
-        keys=bytes_list(batch.column(columns.key), "key") if columns.key is not None else None,
+        values=(
+            encoders.value.array(value, first_row) if encoders.value else bytes_list(value, "value")
+        ),
+        keys=(
+            None
+            if key is None
+            else encoders.key.array(key, first_row) if encoders.key else bytes_list(key, "key")
+        ),
         topics=_topics(batch.column(columns.topic)) if columns.topic is not None else None,
         partitions=(
             _partitions(batch.column(columns.partition)) if columns.partition is not None else None

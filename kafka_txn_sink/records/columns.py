@@ -8,7 +8,7 @@ ignored, as Spark's sink does. Option `topic` wins over a `topic` column, as in 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,9 +38,12 @@ class Columns:
     headers: int | None
 
 
-def plan_columns(schema: StructType, default_topic: str | None) -> Columns:
+def plan_columns(
+    schema: StructType, default_topic: str | None, encoded: Collection[str] = ()
+) -> Columns:
     """Check the input schema once, on the driver. With option topic (`default_topic`) a
-    `topic` column is left unread, whatever its type: the option wins.
+    `topic` column is left unread, whatever its type: the option wins. The `encoded` columns
+    (`key`, `value`) are written in a registry format (serde/), so they may have any type.
 
     Raises:
         InputError: a column has a type the sink cannot write.
@@ -49,11 +52,12 @@ def plan_columns(schema: StructType, default_topic: str | None) -> Columns:
     fields = {f.name.lower(): (i, f.dataType) for i, f in enumerate(schema.fields)}
     if "value" not in fields:
         raise InputError(
-            f"column value is required (string or binary); the input has "
+            f"column value is required; the input has "
             f"{', '.join(f.name for f in schema.fields) or 'no columns'}"
         )
-    _require(fields, "value", _BYTES_TYPES, "string or binary")
-    _require(fields, "key", _BYTES_TYPES, "string or binary")
+    for column in ("key", "value"):
+        if column not in encoded:
+            _require(fields, column, _BYTES_TYPES, "string or binary")
     if default_topic is not None:
         fields.pop("topic", None)  # the option wins: the column is never read
     _require(fields, "topic", (StringType,), "string")

@@ -16,8 +16,10 @@ import pyarrow as pa
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.protocol.output import Transaction
 from kafka_txn_sink.records.arrow import record_columns, send_batch
-from kafka_txn_sink.records.columns import Columns, Routing, as_bytes, as_headers, bytes_cells
+from kafka_txn_sink.records.columns import Columns, Routing, as_headers, bytes_cells
 from kafka_txn_sink.records.digest import DigestingTransaction
+from kafka_txn_sink.serde.encode import Encoders
+from kafka_txn_sink.serde.resolve import Encodings
 
 
 class RecordsOutput:
@@ -29,11 +31,13 @@ class RecordsOutput:
         columns: Columns,
         default_topic: str | None,
         reserved_topic: str | None = None,
+        encodings: Encodings | None = None,
     ):
         """`default_topic` is option topic; no row may go to `reserved_topic` (files mode's
-        references topic)."""
+        references topic); `encodings`: the key's and value's registry formats, if any."""
         self._txn = DigestingTransaction(txn)
         self._columns = columns
+        self._encoders = Encoders(encodings)
         self._routing = Routing(default_topic, reserved_topic)
         simple = columns.topic is None and columns.partition is None and columns.headers is None
         self._bulk_topic = default_topic if simple else None
@@ -55,8 +59,8 @@ class RecordsOutput:
             return
         columns = list(zip(*rows, strict=True))  # transposed in C
         cols = self._columns
-        values = bytes_cells(columns[cols.value], "value")
-        keys = None if cols.key is None else bytes_cells(columns[cols.key], "key")
+        values = self._cells(columns[cols.value], "value")
+        keys = None if cols.key is None else self._cells(columns[cols.key], "key")
         self._txn.send_many(self._bulk_topic, values, keys)
         self._rows += len(rows)
 
@@ -66,7 +70,8 @@ class RecordsOutput:
         Raises:
             InputError: a column has a type the sink cannot write, or a row has no topic.
         """
-        send_batch(self._txn, record_columns(batch, self._columns), self._routing, self._rows)
+        records = record_columns(batch, self._columns, self._encoders, self._rows)
+        send_batch(self._txn, records, self._routing, self._rows)
         self._rows += batch.num_rows
 
     def close(self) -> tuple[FileRef, ...]:
@@ -80,15 +85,24 @@ class RecordsOutput:
     def abort(self) -> None:
         """Nothing is held back: the task aborts the transaction itself."""
 
+    def _cells(
+        self, cells: Sequence[Any], column: str, first_row: int | None = None
+    ) -> Sequence[bytes | None]:
+        """A column's cells as bytes: encoded in its registry format, or as given."""
+        encoder = self._encoders.key if column == "key" else self._encoders.value
+        if encoder is None:
+            return bytes_cells(cells, column)
+        return encoder.cells(cells, self._rows if first_row is None else first_row)
+
     def _send_row(self, row: Any, position: int) -> None:
         cols = self._columns
-        key = as_bytes(row[cols.key], "key") if cols.key is not None else None
+        key = self._cells([row[cols.key]], "key", position)[0] if cols.key is not None else None
         topic = self._routing.topic_of(
             row[cols.topic] if cols.topic is not None else None, position, key
         )
         self._txn.send(
             topic,
-            value=as_bytes(row[cols.value], "value"),
+            value=self._cells([row[cols.value]], "value", position)[0],
             key=key,
             partition=row[cols.partition] if cols.partition is not None else None,
             headers=as_headers(row[cols.headers]) if cols.headers is not None else None,

@@ -1,0 +1,138 @@
+"""The tasks' part of the record formats: a key or value column encoded in Confluent's wire
+format, with the schema and id the driver resolved (serde/resolve.py); no registry call.
+
+Avro values are encoded by fastavro's schemaless writer (the encoder confluent-kafka's own
+AvroSerializer uses) after files mode's conversion of Spark values (`spark_avro.row_converter`);
+JSON values are made by `spark_json.json_converter`, checked against the JSON Schema (as
+confluent-kafka's JSONSchemaSerializer does) and dumped compactly. A null cell stays null (a
+record without a key, or a tombstone). A value that does not fit its schema fails the task
+with an error naming the column, the row and the subject.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.types import StructField, StructType
+
+from kafka_txn_sink.errors import InputError
+from kafka_txn_sink.serde.resolve import Encoding, Encodings
+
+
+class FieldEncoder:
+    """Encodes the cells of one column (`key` or `value`) as its `Encoding` says."""
+
+    def __init__(self, encoding: Encoding) -> None:
+        """Parse the schema once per task."""
+        self._encoding = encoding
+        self._prefix = encoding.prefix
+        self._payload = (
+            _avro_payload(encoding) if encoding.format == "avro" else _json_payload(encoding)
+        )
+        self._arrow_cells = _arrow_cells(encoding)
+
+    def cells(self, cells: Sequence[Any], first_row: int) -> list[bytes | None]:
+        """Each cell (as PySpark's rows carry it) encoded; None stays None. The first cell is
+        row `first_row` of the task.
+
+        Raises:
+            InputError: a cell does not fit the schema; names the column, row and subject.
+        """
+        encoded: list[bytes | None] = []
+        payload, prefix = self._payload, self._prefix
+        for row, cell in enumerate(cells, first_row):
+            if cell is None:
+                encoded.append(None)
+                continue
+            try:
+                encoded.append(prefix + payload(cell))
+            except (InputError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise self._misfit(row, exc) from None
+        return encoded
+
+    def array(self, array: pa.Array, first_row: int) -> list[bytes | None]:
+        """`cells` for an Arrow column of the Arrow writer (PySpark 4.1+)."""
+        return self.cells(self._arrow_cells(array), first_row)
+
+    def _misfit(self, row: int, exc: Exception) -> InputError:
+        e = self._encoding
+        return InputError(
+            f"column {e.column} of row {row} of this task does not fit its {e.format} schema "
+            f"(subject {e.subject!r}, id {e.schema_id}): {str(exc).splitlines()[0]}; nothing "
+            f"of the batch is written"
+        )
+
+
+class Encoders:
+    """A task's encoders of the key and the value (None: the column is written raw)."""
+
+    def __init__(self, encodings: Encodings | None = None) -> None:
+        """The encoders of the driver's `encodings` (None: both raw)."""
+        self.key = FieldEncoder(encodings.key) if encodings and encodings.key else None
+        self.value = FieldEncoder(encodings.value) if encodings and encodings.value else None
+
+
+def _avro_payload(encoding: Encoding) -> Callable[[Any], bytes]:
+    import fastavro
+
+    from kafka_txn_sink.files.spark_avro import row_converter
+
+    parsed = fastavro.parse_schema(json.loads(encoding.schema))
+    data_type = encoding.data_type
+    if isinstance(data_type, StructType):
+        convert = row_converter(data_type)
+    else:  # one field of a wrapper record: the same conversion of a value of that type
+        name = encoding.column
+        wrapped = row_converter(StructType([StructField(name, data_type, nullable=True)]))
+
+        def convert(cell: Any) -> Any:
+            return wrapped((cell,))[name]
+
+    buffer = io.BytesIO()
+    write = fastavro.schemaless_writer
+
+    def payload(cell: Any) -> bytes:
+        buffer.seek(0)
+        buffer.truncate()
+        write(buffer, parsed, convert(cell))
+        return buffer.getvalue()
+
+    return payload
+
+
+def _json_payload(encoding: Encoding) -> Callable[[Any], bytes]:
+    from jsonschema.exceptions import best_match
+    from jsonschema.validators import validator_for
+
+    from kafka_txn_sink.serde.spark_json import json_converter
+
+    schema = json.loads(encoding.schema)
+    validator = validator_for(schema)(schema)
+    convert = json_converter(encoding.data_type, encoding.column)
+
+    def payload(cell: Any) -> bytes:
+        value = convert(cell)
+        error = best_match(validator.iter_errors(value))
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "the value"
+            raise ValueError(f"at {where}: {error.message}")
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+    return payload
+
+
+def _arrow_cells(encoding: Encoding) -> Callable[[pa.Array], list[Any]]:
+    """An Arrow column's cells as PySpark's row writer would hand them (PySpark's converters)."""
+    from kafka_txn_sink.files.spark_rows import arrow_rows
+
+    rows = arrow_rows(StructType([StructField(encoding.column, encoding.data_type)]))
+
+    def cells(array: pa.Array) -> list[Any]:
+        batch = pa.RecordBatch.from_arrays([array], names=[encoding.column])
+        return [row[0] for row in rows(batch)]
+
+    return cells

@@ -1,0 +1,211 @@
+"""Records mode's key and value formats and the Schema Registry they use: the options.
+
+`raw` (the default) takes `key` and `value` as Spark's Kafka sink does, string or binary. `avro`
+and `json-schema` take a column of any type (a struct, most often) and write it in Confluent's
+wire format, against a Schema Registry whose client settings are the options prefixed
+`schema.registry.` (`schema.registry.url`, its auth and TLS). The driver resolves each schema id
+before any transaction opens (serde/resolve.py); tasks only encode (serde/encode.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.option import Option, truthy
+from kafka_txn_sink.redaction import mask_in_logs, redact
+
+Format = Literal["raw", "avro", "json-schema"]
+Strategy = Literal["topic", "record", "topic_record"]
+FORMATS: tuple[Format, ...] = ("raw", "avro", "json-schema")
+STRATEGIES: tuple[Strategy, ...] = ("topic", "record", "topic_record")
+REGISTRY_PREFIX = "schema.registry."
+
+_Choice = TypeVar("_Choice", bound=str)
+
+KEY_FORMAT = Option(
+    "keyFormat",
+    "how column `key` is written: `raw` (string or binary, as Spark's Kafka sink), `avro` or "
+    "`json-schema` (a column of any type, in Confluent's wire format: magic byte 0, the "
+    "schema id, the payload)",
+    "raw",
+    group="registry",
+)
+VALUE_FORMAT = Option("valueFormat", "how column `value` is written, as `keyFormat`", "raw",
+                      group="registry")
+KEY_SCHEMA = Option(
+    "keySchema",
+    "the key's schema (Avro schema JSON, or a JSON Schema); by default derived from the "
+    "column's Spark type (for Avro as files mode maps types, the record named `Key`)",
+    group="registry",
+)
+VALUE_SCHEMA = Option("valueSchema", "the value's schema, as `keySchema` (record `Value`)",
+                      group="registry")
+KEY_SUBJECT = Option("keySubject", "the key's subject; by default from `subjectNameStrategy`",
+                     group="registry")
+VALUE_SUBJECT = Option("valueSubject", "the value's subject, as `keySubject`", group="registry")
+SUBJECT_NAME_STRATEGY = Option(
+    "subjectNameStrategy",
+    "`topic`: `<topic>-key` / `<topic>-value`; `record`: the record's full name; "
+    "`topic_record`: `<topic>-<full name>` (the record strategies need an Avro record schema)",
+    "topic",
+    group="registry",
+)
+AUTO_REGISTER = Option(
+    "autoRegisterSchemas",
+    "register the schema under its subject when it is not there (the registry checks its "
+    "compatibility); `false`: it must be registered already, or the query fails at its start",
+    "true",
+    group="registry",
+)
+USE_LATEST_VERSION = Option(
+    "useLatestVersion",
+    "write with the subject's latest registered schema (which the column's values must fit) "
+    "instead of the column's own; nothing is registered",
+    "false",
+    group="registry",
+)
+REGISTRY_SETTINGS = Option(
+    "schema.registry.*",
+    "the Schema Registry client's settings, prefix removed: `schema.registry.url` (required "
+    "with `avro` or `json-schema`), `schema.registry.basic.auth.user.info` (`user:password`), "
+    "`schema.registry.bearer.auth.token`, `schema.registry.ssl.ca.location`, ... (secrets are "
+    "never logged)",
+    group="registry",
+)
+
+SERDE_OPTIONS: tuple[Option, ...] = (
+    KEY_FORMAT,
+    VALUE_FORMAT,
+    KEY_SCHEMA,
+    VALUE_SCHEMA,
+    KEY_SUBJECT,
+    VALUE_SUBJECT,
+    SUBJECT_NAME_STRATEGY,
+    AUTO_REGISTER,
+    USE_LATEST_VERSION,
+    REGISTRY_SETTINGS,
+)
+
+
+@dataclass(frozen=True)
+class FieldFormat:
+    """How one of `key` and `value` is written."""
+
+    column: Literal["key", "value"]
+    format: Format = "raw"
+    schema: str | None = None  # the user's schema text; None: derived or the latest
+    subject: str | None = None  # the user's subject; None: by the strategy
+
+    @property
+    def raw(self) -> bool:
+        """Bytes as given: no schema, no registry."""
+        return self.format == "raw"
+
+
+@dataclass(frozen=True)
+class SerdeOptions:
+    """Both columns' formats and the registry settings (which hold secrets: never shown)."""
+
+    key: FieldFormat = FieldFormat("key")
+    value: FieldFormat = FieldFormat("value")
+    strategy: Strategy = "topic"
+    auto_register: bool = True
+    use_latest: bool = False
+    registry: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def uses_registry(self) -> bool:
+        """Whether either column is written against the registry."""
+        return not (self.key.raw and self.value.raw)
+
+    def fields(self) -> tuple[FieldFormat, ...]:
+        """The columns written against the registry, key first."""
+        return tuple(f for f in (self.key, self.value) if not f.raw)
+
+    def __repr__(self) -> str:
+        return (
+            f"SerdeOptions(key={self.key}, value={self.value}, strategy={self.strategy!r}, "
+            f"auto_register={self.auto_register}, use_latest={self.use_latest}, "
+            f"registry={redact(self.registry)})"
+        )
+
+
+def registry_settings(raw: Mapping[str, str]) -> dict[str, str]:
+    """The options prefixed `schema.registry.`, prefix removed, names as given; their secrets
+    are masked in this process's logs from now on."""
+    settings = {
+        str(k)[len(REGISTRY_PREFIX) :]: str(v)
+        for k, v in raw.items()
+        if str(k).lower().startswith(REGISTRY_PREFIX)
+    }
+    mask_in_logs(settings)
+    return settings
+
+
+def parse_serde_options(options: Mapping[str, str], raw: Mapping[str, str]) -> SerdeOptions:
+    """The formats of `options` (keys lower-cased); `raw` has the names as the user wrote them.
+
+    Raises:
+        ConfigError: a format or strategy is unknown, a registry format has no
+            `schema.registry.url`, or an option of the registry is set with both columns raw.
+    """
+    parsed = SerdeOptions(
+        key=_field(options, "key", KEY_FORMAT, KEY_SCHEMA, KEY_SUBJECT),
+        value=_field(options, "value", VALUE_FORMAT, VALUE_SCHEMA, VALUE_SUBJECT),
+        strategy=_choice(options, SUBJECT_NAME_STRATEGY, STRATEGIES),
+        auto_register=truthy(options.get(AUTO_REGISTER.key, AUTO_REGISTER.default)),
+        use_latest=truthy(options.get(USE_LATEST_VERSION.key, USE_LATEST_VERSION.default)),
+        registry=registry_settings(raw),
+    )
+    if not parsed.uses_registry:
+        unused = [o.name for o in SERDE_OPTIONS[2:-1] if o.key in options]
+        unused += [f"{REGISTRY_PREFIX}{k}" for k in parsed.registry]
+        if unused:
+            raise ConfigError(
+                f"option(s) {', '.join(unused)} need option {KEY_FORMAT} or {VALUE_FORMAT} set "
+                f"to avro or json-schema"
+            )
+    elif not parsed.registry.get("url", "").strip():
+        raise ConfigError(
+            f"option {REGISTRY_PREFIX}url is required with {_formats_in_use(parsed)}: the "
+            f"Schema Registry's address (http[s]://host:port[/path])"
+        )
+    return parsed
+
+
+def _field(
+    options: Mapping[str, str],
+    column: Literal["key", "value"],
+    format_option: Option,
+    schema_option: Option,
+    subject_option: Option,
+) -> FieldFormat:
+    chosen = _choice(options, format_option, FORMATS)
+    schema = options.get(schema_option.key, "").strip() or None
+    subject = options.get(subject_option.key, "").strip() or None
+    if chosen == "raw" and (schema or subject):
+        given = schema_option if schema else subject_option
+        raise ConfigError(
+            f"option {given} needs option {format_option} set to avro or json-schema (the "
+            f"column {column} is written raw)"
+        )
+    return FieldFormat(column, chosen, schema, subject)
+
+
+def _choice(options: Mapping[str, str], option: Option, choices: tuple[_Choice, ...]) -> _Choice:
+    value = options.get(option.key, "").strip().lower() or option.default
+    for known in choices:
+        if value == known:
+            return known
+    raise ConfigError(
+        f"option {option} must be one of {', '.join(choices)}, got {options[option.key]!r}"
+    )
+
+
+def _formats_in_use(parsed: SerdeOptions) -> str:
+    return " and ".join(
+        f"{KEY_FORMAT if f.column == 'key' else VALUE_FORMAT}={f.format}" for f in parsed.fields()
+    )
