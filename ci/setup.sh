@@ -2,8 +2,8 @@
 # Idempotent set-up of a clone: .venv with the package, its dev tools and the pyspark pinned in
 # kafka_txn_sink/testing/versions.env; .venv-spark-newest with PySpark 4.3 (ci/setup_spark_newest.sh);
 # then every jar of the test bed (Kafka broker, Spark packages) resolved from Maven Central into
-# the cache ($KTS_CACHE or ~/.cache/kafka_txn_sink). The Schema Registry (Apicurio Registry, built
-# from Maven Central's jars) is built on first use, or by `fetch --registry`.
+# the cache ($KTS_CACHE or ~/.cache/kafka_txn_sink), and the Schema Registry (Apicurio Registry,
+# built by Maven from Maven Central's jars) that the record formats' tests run against.
 # Needs only python3, java and mvn on PATH.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -37,4 +37,4 @@ fi
 ci/setup_spark_newest.sh
 
 echo "setup: resolving the test bed's jars"
-.venv/bin/python -m kafka_txn_sink.testing fetch
+.venv/bin/python -m kafka_txn_sink.testing fetch --registry

@@ -78,11 +78,16 @@ class Encoders:
 
 def _avro_payload(encoding: Encoding) -> Callable[[Any], bytes]:
     import fastavro
+    from fastavro.validation import ValidationError, validate
 
     from kafka_txn_sink.files.spark_avro import row_converter
+    from kafka_txn_sink.serde.resolve import derived_schema
 
     parsed = fastavro.parse_schema(json.loads(encoding.schema))
     data_type = encoding.data_type
+    # fastavro's writer does not check ranges (a long in an int field is written, and breaks
+    # other readers): a schema other than the one Spark's type maps to is checked value by value.
+    check = encoding.schema != derived_schema(encoding.column, data_type, "avro")
     if isinstance(data_type, StructType):
         convert = row_converter(data_type)
     else:  # one field of a wrapper record: the same conversion of a value of that type
@@ -96,9 +101,15 @@ def _avro_payload(encoding: Encoding) -> Callable[[Any], bytes]:
     write = fastavro.schemaless_writer
 
     def payload(cell: Any) -> bytes:
+        record = convert(cell)
+        if check:
+            try:
+                validate(record, parsed, raise_errors=True)
+            except ValidationError as exc:
+                raise ValueError(f"not valid for the schema: {exc}") from None
         buffer.seek(0)
         buffer.truncate()
-        write(buffer, parsed, convert(cell))
+        write(buffer, parsed, record)
         return buffer.getvalue()
 
     return payload
