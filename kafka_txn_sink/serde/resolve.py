@@ -31,7 +31,7 @@ from kafka_txn_sink.serde.options import (
 
 # The registry client's deadlines unless the user sets them: a start waits at most about
 # (1 + retries) x timeout for each call.
-CLIENT_DEFAULTS = {"timeout": "10", "max.retries": "2"}
+CLIENT_DEFAULTS = {"timeout": 10, "max.retries": 2}
 _TYPES: Mapping[Format, str] = {"avro": "AVRO", "json-schema": "JSON"}
 
 
@@ -241,7 +241,8 @@ def _client(settings: Mapping[str, str]) -> Any:
     """
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    conf = {**CLIENT_DEFAULTS, **settings}
+    # Options are strings; the client wants numbers for its deadlines, retries and caches.
+    conf = {**CLIENT_DEFAULTS, **{k: int(v) if v.isdigit() else v for k, v in settings.items()}}
     try:
         return SchemaRegistryClient(conf)
     except (ValueError, TypeError) as exc:
