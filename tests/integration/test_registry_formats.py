@@ -166,7 +166,7 @@ def test_the_record_strategy_names_the_subject_after_the_record(
 def test_a_schema_option_that_does_not_parse_is_refused_naming_it(
     schema_registry: testing.SchemaRegistry, topic: str
 ) -> None:
-    with pytest.raises(ConfigError, match="^option valueSchema is not a valid avro schema: "):
+    with pytest.raises(ConfigError, match=r"^option valueSchema is not a valid avro schema: "):
         resolve(serde(schema_registry.url, valueSchema='{"type": "recrd"}'), INPUT, topic)
 
 

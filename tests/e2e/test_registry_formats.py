@@ -1,0 +1,153 @@
+"""Record formats of a Schema Registry through real Spark, the real broker and the test bed's
+real registry: the values a consumer decodes with confluent-kafka's own deserializers, each id
+once at read_committed whatever kill struck, and bad input failing the batch whole.
+
+The query's key is the input's id (raw), its value a struct of the id and the input value's
+length, written as Avro or JSON Schema.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from kafka_txn_sink import testing
+from kafka_txn_sink.testing.topics import read_topic
+from tests.e2e.conftest import on_both_spark_lines
+from tests.e2e.harness import (
+    Pipeline,
+    assert_exactly_once,
+    committed_report,
+    kill_group,
+    open_transactions,
+    produce_ids,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.registry]
+
+N = 500  # batch 0 of 400 rows (maxOffsetsPerTrigger), batch 1 of 100
+VALUE = "named_struct('id', CAST(key AS STRING), 'size', CAST(length(value) AS BIGINT)) AS value"
+VALUE_JSON_SCHEMA = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "Order",
+    "type": "object",
+    "properties": {"id": {"type": "string"}, "size": {"type": "integer"}},
+    "required": ["id", "size"],
+}
+
+
+def with_format(pipeline: Pipeline, registry: testing.SchemaRegistry, fmt: str) -> Pipeline:
+    pipeline.options.update({"valueFormat": fmt, "schema.registry.url": registry.url})
+    pipeline.select = ["key", VALUE]
+    return pipeline
+
+
+def decoded_values(pipeline: Pipeline, registry: testing.SchemaRegistry, fmt: str) -> list[Any]:
+    """The output's committed values through confluent-kafka's deserializer of `fmt`."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": registry.url})
+    deserializer: Any = (
+        AvroDeserializer(client)
+        if fmt == "avro"
+        else JSONDeserializer(None, schema_registry_client=client)
+    )
+    context = SerializationContext(pipeline.output, MessageField.VALUE)
+    return [
+        deserializer(r.value, context)
+        for r in read_topic(pipeline.bootstrap, pipeline.output, "read_committed")
+    ]
+
+
+@on_both_spark_lines
+def test_avro_values_the_sink_registers_are_read_once_after_a_kill_after_the_decision(
+    pipeline: Pipeline, schema_registry: testing.SchemaRegistry
+) -> None:
+    with_format(pipeline, schema_registry, "avro")
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
+    process = pipeline.start("driver.after_decision=block@1")
+    pipeline.wait_reached("driver.after_decision", process)
+    kill_group(process)
+
+    restarted = pipeline.run()
+
+    assert restarted.returncode == 0, restarted.error
+    assert_exactly_once(pipeline, ids)
+    values = decoded_values(pipeline, schema_registry, "avro")
+    assert sorted(v["id"] for v in values) == sorted(ids)
+    assert {v["size"] for v in values} == {len(json.dumps({"id": ids[0]}))}
+
+
+def test_json_schema_values_of_a_registered_subject_without_auto_registration(
+    pipeline: Pipeline, schema_registry: testing.SchemaRegistry
+) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    registered = client.register_schema(
+        f"{pipeline.output}-value", Schema(json.dumps(VALUE_JSON_SCHEMA), "JSON")
+    )
+    with_format(pipeline, schema_registry, "json-schema")
+    pipeline.options.update(
+        {"valueSchema": json.dumps(VALUE_JSON_SCHEMA), "autoRegisterSchemas": "false"}
+    )
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
+
+    outcome = pipeline.run()
+
+    assert outcome.returncode == 0, outcome.error
+    assert_exactly_once(pipeline, ids)
+    records = read_topic(pipeline.bootstrap, pipeline.output, "read_committed")
+    assert {int.from_bytes(r.value[1:5], "big") for r in records} == {registered}
+    values = decoded_values(pipeline, schema_registry, "json-schema")
+    assert sorted(v["id"] for v in values) == sorted(ids)
+
+
+def test_a_null_where_the_schema_forbids_it_fails_the_batch_naming_column_and_subject(
+    pipeline: Pipeline, schema_registry: testing.SchemaRegistry
+) -> None:
+    with_format(pipeline, schema_registry, "avro")
+    schema = {"type": "record", "name": "Order", "fields": [
+        {"name": "id", "type": "string"}, {"name": "size", "type": ["null", "long"]}]}
+    pipeline.options["valueSchema"] = json.dumps(schema)
+    # One row in 50 has no id; the Spark type allows it, the user's schema does not.
+    pipeline.select = ["key", VALUE.replace("CAST(key AS STRING)",
+                                            "IF(offset % 50 = 7, NULL, CAST(key AS STRING))")]
+    produce_ids(pipeline.bootstrap, pipeline.input, 120)
+
+    outcome = pipeline.run()
+
+    assert outcome.returncode != 0
+    assert "does not fit its avro schema" in outcome.error
+    assert f"(subject '{pipeline.output}-value', id " in outcome.error
+    assert "column value of row " in outcome.error
+    assert committed_report(pipeline.bootstrap, pipeline.output, []).seen == 0
+    assert open_transactions(pipeline.bootstrap, pipeline.sink_id) == []
+
+
+def test_an_incompatible_schema_fails_the_query_before_any_transaction(
+    pipeline: Pipeline, schema_registry: testing.SchemaRegistry
+) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    subject = f"{pipeline.output}-value"
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    client.register_schema(subject, Schema(json.dumps(
+        {"type": "record", "name": "Value", "namespace": "kafka_txn_sink",
+         "fields": [{"name": "id", "type": "long"}]}), "AVRO"))
+    client.set_compatibility(subject, "BACKWARD")
+    with_format(pipeline, schema_registry, "avro")  # id as string: not BACKWARD compatible
+    produce_ids(pipeline.bootstrap, pipeline.input, 50)
+
+    outcome = pipeline.run("task.after_init=signal")
+
+    assert outcome.returncode != 0
+    assert f"subject '{subject}': the Schema Registry {schema_registry.url} refused as " \
+        "incompatible" in outcome.error
+    assert pipeline.reached_batches("task.after_init") == [], "a task opened a transaction"
+    assert read_topic(pipeline.bootstrap, pipeline.output, "read_uncommitted") == []
