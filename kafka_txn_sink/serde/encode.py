@@ -20,7 +20,8 @@ import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
 from kafka_txn_sink.errors import InputError
-from kafka_txn_sink.serde.resolve import Encoding, Encodings
+from kafka_txn_sink.serde.avro_columns import datums
+from kafka_txn_sink.serde.resolve import Encoding, Encodings, derived_schema
 
 
 class FieldEncoder:
@@ -30,9 +31,15 @@ class FieldEncoder:
         """Parse the schema once per task."""
         self._encoding = encoding
         self._prefix = encoding.prefix
-        self._payload = (
-            _avro_payload(encoding) if encoding.format == "avro" else _json_payload(encoding)
+        # The schema Spark's type maps to fits every value by construction: no check per value,
+        # and Avro of whole Arrow columns (avro_columns.py).
+        derived = encoding.schema == derived_schema(
+            encoding.column, encoding.data_type, encoding.format
         )
+        avro = encoding.format == "avro"
+        payload = _avro_payload if avro else _json_payload
+        self._payload = payload(encoding, derived)
+        self._columnar = json.loads(encoding.schema) if avro and derived else None
         self._arrow_cells = _arrow_cells(encoding)
 
     def cells(self, cells: Sequence[Any], first_row: int) -> list[bytes | None]:
@@ -55,7 +62,12 @@ class FieldEncoder:
         return encoded
 
     def array(self, array: pa.Array, first_row: int) -> list[bytes | None]:
-        """`cells` for an Arrow column of the Arrow writer (PySpark 4.1+)."""
+        """`cells` for an Arrow column of the Arrow writer (PySpark 4.1+): a column at once where
+        `avro_columns` can, else row by row."""
+        if self._columnar is not None:
+            found = datums(array, self._columnar, self._prefix)
+            if found is not None:
+                return found
         return self.cells(self._arrow_cells(array), first_row)
 
     def _misfit(self, row: int, exc: Exception) -> InputError:
@@ -76,18 +88,17 @@ class Encoders:
         self.value = FieldEncoder(encodings.value) if encodings and encodings.value else None
 
 
-def _avro_payload(encoding: Encoding) -> Callable[[Any], bytes]:
+def _avro_payload(encoding: Encoding, derived: bool) -> Callable[[Any], bytes]:
     import fastavro
     from fastavro.validation import ValidationError, validate
 
     from kafka_txn_sink.files.spark_avro import row_converter
-    from kafka_txn_sink.serde.resolve import derived_schema
 
     parsed = fastavro.parse_schema(json.loads(encoding.schema))
     data_type = encoding.data_type
     # fastavro's writer does not check ranges (a long in an int field is written, and breaks
     # other readers): a schema other than the one Spark's type maps to is checked value by value.
-    check = encoding.schema != derived_schema(encoding.column, data_type, "avro")
+    check = not derived
     if isinstance(data_type, StructType):
         convert = row_converter(data_type)
     else:  # one field of a wrapper record: the same conversion of a value of that type
@@ -115,7 +126,7 @@ def _avro_payload(encoding: Encoding) -> Callable[[Any], bytes]:
     return payload
 
 
-def _json_payload(encoding: Encoding) -> Callable[[Any], bytes]:
+def _json_payload(encoding: Encoding, derived: bool) -> Callable[[Any], bytes]:
     from jsonschema.exceptions import best_match
     from jsonschema.validators import validator_for
 
@@ -127,7 +138,7 @@ def _json_payload(encoding: Encoding) -> Callable[[Any], bytes]:
 
     def payload(cell: Any) -> bytes:
         value = convert(cell)
-        error = best_match(validator.iter_errors(value))
+        error = None if derived else best_match(validator.iter_errors(value))
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "the value"
             raise ValueError(f"at {where}: {error.message}")
