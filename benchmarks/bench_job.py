@@ -4,8 +4,9 @@
 
 The argument holds the application's jars and a list of queries. Each query reads one input
 topic with the Kafka source (availableNow, `maxOffsetsPerTrigger`), shapes the rows
-(`kafka`: key and value, the log12 rows parsed and written back as JSON; `files`: the log12 rows
-as twelve typed columns, 100b as key and value; `payload`: the JSON value as a string column)
+(`kafka`: key and value, the log12 rows parsed and written back as JSON; `avro_value`: the
+log12 rows as a struct value, which the sink writes as Avro; `files`: the log12 rows as twelve
+typed columns, 100b as key and value; `payload`: the JSON value as a string column)
 and writes them with one writer. One JSON line per query is printed: its non-empty batches as
 [rows, triggerExecution ms] and the Spark version.
 """
@@ -56,6 +57,8 @@ def rows_of(spark: SparkSession, query: dict[str, Any]) -> DataFrame:
     rows = df.select(from_json(col("value").cast("string"), query["ddl"]).alias("r")).select("r.*")
     if query["shape"] == "kafka":
         return rows.selectExpr("CAST(user AS STRING) AS key", "to_json(struct(*)) AS value")
+    if query["shape"] == "avro_value":
+        return rows.selectExpr("CAST(user AS STRING) AS key", "struct(*) AS value")
     return rows
 
 

@@ -25,6 +25,7 @@ RATIOS = [
     ("files S3 / Spark Avro", "files_s3", "avro", {}),
     ("files S3 / Spark Avro, partitioned", "files_s3_p", "avro_p", {}),
     ("payload / Spark Avro", "payload", "avro", {NEWEST: 0.5}),
+    ("records Avro / records", "records_avro", "records", {NEWEST: 0.6}),  # issue 27
 ]
 
 

@@ -12,6 +12,8 @@ partitions in several batches (2 partitions, `--rows` in 4 batches); and two row
 
   kafka       Spark's format("kafka") (at-least-once)         both variants
   records     kafka_txn records mode                          both variants
+  records_avro  the same, the value an Avro struct registered   log12
+              with the test bed's Schema Registry (valueFormat=avro)
   floor       a Python sink that writes nothing (noop_sink)   both variants
   avro        Spark's format("avro"), local                   log12
   avro_p      the same, partitioned by service, level (16)    log12
@@ -81,6 +83,7 @@ LOG12 = ("log12",)
 WRITERS = {
     "kafka": Writer("Spark format('kafka')", "kafka", "kafka"),
     "records": Writer("kafka_txn records", "kafka_txn", "kafka"),
+    "records_avro": Writer("kafka_txn records, Avro values", "kafka_txn", "avro_value", LOG12),
     "floor": Writer("a Python sink writing nothing", "", "kafka"),
     "avro": Writer("Spark format('avro')", "avro", "files", LOG12),
     "avro_p": Writer("Spark format('avro'), 16 partitions", "avro", "files", LOG12, True),
@@ -92,7 +95,9 @@ WRITERS = {
     ),
     "payload": Writer("kafka_txn files, JSON payload", "kafka_txn", "payload", LOG12),
 }
-LINE40_WRITERS = ("kafka", "records", "floor", "avro", "avro_p", "files", "files_p")
+LINE40_WRITERS = (
+    "kafka", "records", "records_avro", "floor", "avro", "avro_p", "files", "files_p"
+)
 # 4.0 gives Python sinks rows, the newest line Arrow batches
 FLOORS = {"4.0": "noop_python", testing.newest_spark_line(): "noop_arrow"}
 
@@ -135,6 +140,7 @@ class Bench:
     work: Path
     producer: dict[str, str]
     codec: str
+    registry: str = ""  # the Schema Registry's URL, when a writer needs it
     topics: dict[str, str] = field(default_factory=dict)
 
     def topic(self, name: str, partitions: int) -> str:
@@ -163,6 +169,9 @@ class Bench:
             return {"kafka.bootstrap.servers": self.bootstrap, "topic": topic, **producer}
         if key == "records":
             return {**self.txn_options(run), "topic": self.topic(out, cell.partitions)}
+        if key == "records_avro":
+            registry = {"valueFormat": "avro", "schema.registry.url": self.registry}
+            return {**self.txn_options(run), "topic": self.topic(out, cell.partitions), **registry}
         if writer.format == "avro":
             return {"path": str(self.work / f"out_{run}"), "compression": AVRO_CODECS[self.codec]}
         if writer.format != "kafka_txn":
@@ -400,16 +409,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kts-bench-") as tmp:
         work = Path(tmp)
         with testing.kafka_bootstrap(work) as bootstrap, testing.s3_endpoint(work) as s3:
-            return run(options, work, bootstrap, s3)
+            if "records_avro" not in options.writers.split(","):
+                return run(options, work, bootstrap, s3, "")
+            with testing.SchemaRegistry(work / "registry") as registry:
+                return run(options, work, bootstrap, s3, registry.url)
 
 
-def run(options: argparse.Namespace, work: Path, bootstrap: str, s3: str) -> int:
+def run(options: argparse.Namespace, work: Path, bootstrap: str, s3: str, registry: str) -> int:
     """The whole run: inputs, rounds, memory, commit overhead, then the tables."""
     began = time.monotonic()
     lines = spark_lines(options)
     producer = SHARED_PRODUCER if options.shared_producer else {}
     bucket = testing.create_bucket(s3)
-    bench = Bench(bootstrap, s3, bucket, work, dict(producer), options.avro_codec)
+    bench = Bench(bootstrap, s3, bucket, work, dict(producer), options.avro_codec, registry)
     writers = [w for w in options.writers.split(",") if w]
     unknown = set(writers) - set(WRITERS)
     if unknown:
