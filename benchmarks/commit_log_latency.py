@@ -26,7 +26,8 @@ import boto3
 from kafka_txn_sink import testing
 from kafka_txn_sink.commit_log import CommitLog, LogFormat, open_commit_log
 from kafka_txn_sink.commit_log.delta_log import TABLE_PROPERTIES, DeltaCommitLog
-from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, SinkMeta, Triple
+from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, Triple
+from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.storage import S3Settings
 
 PARTITIONS = 4

@@ -23,9 +23,9 @@ from kafka_txn_sink.protocol.messages import (
     LostParticipant,
     Participant,
     Republish,
-    SinkMeta,
     Triple,
 )
+from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.storage import S3Settings, open_storage
 from tests.commit_log_races import make_decision
 

@@ -19,12 +19,10 @@ from kafka_txn_sink.protocol.messages import (
     Completion,
     Decision,
     Outcome,
-    Owner,
-    Release,
     Republish,
-    SinkMeta,
     parse_outcome,
 )
+from kafka_txn_sink.protocol.run_records import Owner, Release, SinkMeta
 
 T = TypeVar("T")
 # What the log holds. `_put` returns what holds the record's key: the same kind of record,

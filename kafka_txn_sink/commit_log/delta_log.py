@@ -21,7 +21,7 @@ One row per record, partitioned by `kind`:
     format_version  int      the version of the record's format (messages.FORMAT_VERSION)
     record          string   the record's exact JSON (protocol/messages.py), as the JSON log stores
 
-An owner and a release record (`messages.Owner`, `messages.Release`) have kind `owner` or
+An owner and a release record (`run_records.Owner`, `run_records.Release`) have kind `owner` or
 `release` and the run number in `batch_id`.
 
 A republish record (files mode, `messages.Republish`) has kind `republish_<round>`, its batch id,
@@ -83,15 +83,8 @@ from kafka_txn_sink.commit_log.delta_rows import (
     row_of,
 )
 from kafka_txn_sink.errors import CommitLogError
-from kafka_txn_sink.protocol.messages import (
-    Completion,
-    Decision,
-    Outcome,
-    Owner,
-    Republish,
-    SinkMeta,
-    parse_outcome,
-)
+from kafka_txn_sink.protocol.messages import Completion, Decision, Outcome, Republish, parse_outcome
+from kafka_txn_sink.protocol.run_records import Owner, SinkMeta
 from kafka_txn_sink.storage import LocalStorage, S3Settings, Storage, open_storage
 
 log = logging.getLogger(__name__)

@@ -14,15 +14,8 @@ from typing import Any
 import pyarrow as pa
 
 from kafka_txn_sink.commit_log.base import Record, check_round
-from kafka_txn_sink.protocol.messages import (
-    Abort,
-    Completion,
-    Decision,
-    Owner,
-    Release,
-    Republish,
-    SinkMeta,
-)
+from kafka_txn_sink.protocol.messages import Abort, Completion, Decision, Republish
+from kafka_txn_sink.protocol.run_records import Owner, Release, SinkMeta
 
 SINK, DECISION, COMPLETION = "sink", "decision", "completion"
 OWNER, RELEASE = "owner", "release"

@@ -42,12 +42,10 @@ from kafka_txn_sink.protocol.messages import (
     Completion,
     Decision,
     Outcome,
-    Owner,
-    Release,
     Republish,
-    SinkMeta,
     parse_outcome,
 )
+from kafka_txn_sink.protocol.run_records import Owner, Release, SinkMeta
 from kafka_txn_sink.storage import Storage
 
 log = logging.getLogger(__name__)

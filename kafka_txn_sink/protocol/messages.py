@@ -185,7 +185,7 @@ class Decision:
             body["level"] = self.level
             body["repaired"] = [t.to_json() for t in self.repaired]
             body["refused"] = [_lost_json(x) for x in self.refused]
-        return _dump("repair" if self.level else "decision", body)
+        return dump_record("repair" if self.level else "decision", body)
 
     @classmethod
     def from_json(cls, data: bytes) -> Decision:
@@ -194,7 +194,7 @@ class Decision:
         Raises:
             CommitLogError: `data` is not such a record, or from a newer format.
         """
-        body = _load(("decision", "repair"), data)
+        body = load_record(("decision", "repair"), data)
         try:
             return cls(
                 sink_id=body["sink_id"],
@@ -237,7 +237,7 @@ class Abort:
         """The record as the commit log stores it (sorted, compact JSON)."""
         body = {f.name: getattr(self, f.name) for f in fields(self)}
         body["aborted"] = [t.to_json() for t in self.aborted]
-        return _dump("abort", body)
+        return dump_record("abort", body)
 
     @classmethod
     def from_json(cls, data: bytes) -> Abort:
@@ -246,7 +246,7 @@ class Abort:
         Raises:
             CommitLogError: `data` is not such a record, or from a newer format.
         """
-        body = _load("abort", data)
+        body = load_record("abort", data)
         try:
             return cls(
                 sink_id=body["sink_id"],
@@ -321,7 +321,7 @@ class Republish:
         """The record as the commit log stores it (sorted, compact JSON)."""
         body = {**_flat(asdict(self)), "offsets": _offsets_json(self.offsets)}
         body["partitions"] = list(self.partitions)
-        return _dump("republish", body)
+        return dump_record("republish", body)
 
     @classmethod
     def from_json(cls, data: bytes) -> Republish:
@@ -330,7 +330,7 @@ class Republish:
         Raises:
             CommitLogError: `data` is not such a record, or from a newer format.
         """
-        body = _load("republish", data)
+        body = load_record("republish", data)
         try:
             return cls(
                 **{
@@ -369,7 +369,7 @@ class Completion:
             body.pop("republished")  # records mode keeps its records as they were
         if not self.level:
             body.pop("level")
-        return _dump("completion", body)
+        return dump_record("completion", body)
 
     @classmethod
     def from_json(cls, data: bytes) -> Completion:
@@ -378,7 +378,7 @@ class Completion:
         Raises:
             CommitLogError: `data` is not such a record, or from a newer format.
         """
-        body = _load("completion", data)
+        body = load_record("completion", data)
         try:
             lost = tuple(_lost_from(x) for x in body.get("lost", []))
             return cls(
@@ -392,115 +392,6 @@ class Completion:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(f"malformed completion record: {exc!r}") from exc
-
-
-@dataclass(frozen=True)
-class SinkMeta:
-    """Written once when the commit log is created: which sink the log belongs to."""
-
-    sink_id: str
-    created_at_ms: int
-    version: int = FORMAT_VERSION
-
-    def to_json(self) -> bytes:
-        """The record as the commit log stores it (sorted, compact JSON)."""
-        return _dump("sink", asdict(self))
-
-    @classmethod
-    def from_json(cls, data: bytes) -> SinkMeta:
-        """The record stored as `data`.
-
-        Raises:
-            CommitLogError: `data` is not such a record, or from a newer format.
-        """
-        body = _load("sink", data)
-        try:
-            return cls(
-                sink_id=body["sink_id"],
-                created_at_ms=int(body["created_at_ms"]),
-                version=int(body["version"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CommitLogError(f"malformed sink record: {exc!r}") from exc
-
-
-@dataclass(frozen=True)
-class Owner:
-    """Run `run` of the sink's query took it over, using transactional-id slot `slot`.
-
-    Runs are numbered 0, 1, 2... in the order they were recorded (put-if-absent per number), so
-    the highest number is the current owner. `driver` names the driver process (host, pid,
-    start time) for messages and for finding a driver's own run again.
-    """
-
-    sink_id: str
-    run: int
-    slot: int
-    driver: str
-    started_at_ms: int
-    version: int = FORMAT_VERSION
-
-    def to_json(self) -> bytes:
-        """The record as the commit log stores it (sorted, compact JSON)."""
-        return _dump("owner", asdict(self))
-
-    @classmethod
-    def from_json(cls, data: bytes) -> Owner:
-        """The record stored as `data`.
-
-        Raises:
-            CommitLogError: `data` is not such a record, or from a newer format.
-        """
-        body = _load("owner", data)
-        try:
-            return cls(
-                sink_id=body["sink_id"],
-                run=int(body["run"]),
-                slot=int(body["slot"]),
-                driver=str(body["driver"]),
-                started_at_ms=int(body["started_at_ms"]),
-                version=int(body["version"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CommitLogError(f"malformed owner record: {exc!r}") from exc
-
-    def describe(self) -> str:
-        """How messages name the run: number, slot, driver and start time."""
-        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_at_ms / 1000))
-        return f"run {self.run} (driver {self.driver}, slot {self.slot}, started {started})"
-
-
-@dataclass(frozen=True)
-class Release:
-    """Run `run` stopped between batches (superseded, or its batch write done): its slot is
-    free for the next run."""
-
-    sink_id: str
-    run: int
-    released_at_ms: int
-    version: int = FORMAT_VERSION
-
-    def to_json(self) -> bytes:
-        """The record as the commit log stores it (sorted, compact JSON)."""
-        return _dump("release", asdict(self))
-
-    @classmethod
-    def from_json(cls, data: bytes) -> Release:
-        """The record stored as `data`.
-
-        Raises:
-            CommitLogError: `data` is not such a record, or from a newer format.
-        """
-        body = _load("release", data)
-        try:
-            return cls(
-                sink_id=body["sink_id"],
-                run=int(body["run"]),
-                released_at_ms=int(body["released_at_ms"]),
-                version=int(body["version"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CommitLogError(f"malformed release record: {exc!r}") from exc
 
 
 def _by_partition(participant: Participant) -> int:
@@ -571,11 +462,13 @@ def _offsets_from(body: dict[str, dict[str, list[int]]]) -> OffsetRanges:
     }
 
 
-def _dump(kind: str, body: dict[str, Any]) -> bytes:
+def dump_record(kind: str, body: dict[str, Any]) -> bytes:
+    """A record of `kind` as the commit log stores it: sorted, compact JSON."""
     return json.dumps({"kind": kind, **body}, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _load(kinds: str | tuple[str, ...], data: bytes) -> dict[str, Any]:
+def load_record(kinds: str | tuple[str, ...], data: bytes) -> dict[str, Any]:
+    """The body of a stored record of one of `kinds`, checked for its kind and format version."""
     wanted = (kinds,) if isinstance(kinds, str) else kinds
     what = " or ".join(wanted)
     try:

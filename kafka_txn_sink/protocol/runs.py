@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import CommitLogError, ConfigError, SupersededError
-from kafka_txn_sink.protocol.messages import Decision, Owner, Release, now_ms
+from kafka_txn_sink.protocol.messages import Decision, now_ms
+from kafka_txn_sink.protocol.run_records import Owner, Release
 from kafka_txn_sink.protocol.txn_ids import SLOTS
 
 log = logging.getLogger(__name__)

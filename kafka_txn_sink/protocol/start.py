@@ -45,10 +45,11 @@ from kafka_txn_sink.options import (
     WRITE_ID,
     SinkOptions,
 )
-from kafka_txn_sink.protocol.messages import Decision, LostParticipant, SinkMeta, now_ms
+from kafka_txn_sink.protocol.messages import Decision, LostParticipant, now_ms
 from kafka_txn_sink.protocol.prepare import BatchWrite, is_batch_write, write_query_id
 from kafka_txn_sink.protocol.recover import known_ids, roll_forward
 from kafka_txn_sink.protocol.repair import RepairPlan, batch_levels, plan_repair
+from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.protocol.runs import RunRef, check_current, release, take_over
 from kafka_txn_sink.protocol.session import DriverSession, driver_session, shared_cluster_of
 from kafka_txn_sink.protocol.txn_ids import transactional_id

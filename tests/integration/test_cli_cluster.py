@@ -22,7 +22,8 @@ import pytest
 from kafka_txn_sink import cli
 from kafka_txn_sink.commit_log import JsonCommitLog, open_commit_log
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
-from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, SinkMeta, Triple
+from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, Triple
+from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.storage import LocalStorage, S3Settings
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import create_topics

@@ -13,7 +13,8 @@ from deltalake import DeltaTable
 from kafka_txn_sink.commit_log import detect_format, open_commit_log
 from kafka_txn_sink.commit_log.delta_log import APP_IDS, DeltaCommitLog, storage_options
 from kafka_txn_sink.errors import CommitLogError
-from kafka_txn_sink.protocol.messages import Completion, SinkMeta
+from kafka_txn_sink.protocol.messages import Completion
+from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.storage import S3Settings
 from kafka_txn_sink.storage.s3 import S3Storage
 from tests.commit_log_races import check_different_race, check_identical_race, make_decision

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from kafka_txn_sink.commit_log.delta_log import DeltaCommitLog
-from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, SinkMeta, Triple
+from kafka_txn_sink.protocol.messages import Completion, Decision, Participant, Triple
+from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.testing import MARKER, MAVEN_SETTINGS, cache_dir
 
 pytestmark = pytest.mark.spark

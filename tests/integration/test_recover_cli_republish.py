@@ -28,7 +28,8 @@ from kafka_txn_sink.kafka.cluster import Cluster
 from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.complete import Settler
-from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant, SinkMeta
+from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant
+from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.protocol.txn_ids import republish_id, transactional_id
 from kafka_txn_sink.storage import LocalStorage
 from kafka_txn_sink.testing.topics import read_topic

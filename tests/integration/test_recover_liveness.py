@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from kafka_txn_sink.protocol.messages import Completion, Decision, Owner, Release
+from kafka_txn_sink.protocol.messages import Completion, Decision
+from kafka_txn_sink.protocol.run_records import Owner, Release
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from tests.integration.test_cli_cluster import (
     Sink,

@@ -19,7 +19,8 @@ from kafka_txn_sink import cli
 from kafka_txn_sink.cli.common import CANNOT_RUN, REFUSED
 from kafka_txn_sink.commit_log import JsonCommitLog
 from kafka_txn_sink.files.naming import FileNaming
-from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant, SinkMeta, Triple
+from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant, Triple
+from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.storage import LocalStorage, S3Settings, open_file_sink
 from kafka_txn_sink.storage.files import FileSink, LocalFileSink
 

@@ -29,7 +29,8 @@ from kafka_txn_sink.files.references import reference
 from kafka_txn_sink.files.writer import FileSet
 from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
-from kafka_txn_sink.protocol.messages import Completion, Decision, FileRef, Participant, SinkMeta
+from kafka_txn_sink.protocol.messages import Completion, Decision, FileRef, Participant
+from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.storage import S3Settings, open_file_sink
 from kafka_txn_sink.storage.files import FileSink, LocalFileSink
 from tests.conftest import S3_TEST_SECRET

@@ -24,8 +24,9 @@ from kafka_txn_sink.errors import (
 from kafka_txn_sink.options import parse_options
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.decide import Committer
-from kafka_txn_sink.protocol.messages import Decision, SinkMeta
+from kafka_txn_sink.protocol.messages import Decision
 from kafka_txn_sink.protocol.prepare import BatchWrite, is_batch_write, write_query_id
+from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.start import find_write
 from kafka_txn_sink.protocol.task_commit import TaskCommit

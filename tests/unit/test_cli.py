@@ -18,9 +18,9 @@ from kafka_txn_sink.protocol.messages import (
     Decision,
     LostParticipant,
     Participant,
-    SinkMeta,
     Triple,
 )
+from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.storage import LocalStorage
 
 ROOT = Path(__file__).resolve().parents[2]

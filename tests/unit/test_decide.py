@@ -33,12 +33,12 @@ from kafka_txn_sink.protocol.messages import (
     Decision,
     FileRef,
     OffsetRanges,
-    Owner,
     Participant,
     Republish,
     Triple,
     now_ms,
 )
+from kafka_txn_sink.protocol.run_records import Owner
 from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 from kafka_txn_sink.protocol.txn_ids import transactional_id

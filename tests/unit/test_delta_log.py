@@ -20,7 +20,8 @@ from kafka_txn_sink.commit_log.delta_log import APP_IDS, TABLE_PROPERTIES, Delta
 from kafka_txn_sink.commit_log.delta_rows import SCHEMA, row_of
 from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError, ConfigError
 from kafka_txn_sink.options import parse_options
-from kafka_txn_sink.protocol.messages import Completion, LostParticipant, SinkMeta, Triple
+from kafka_txn_sink.protocol.messages import Completion, LostParticipant, Triple
+from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.storage import LocalStorage, S3Settings
 from tests.commit_log_races import check_different_race, check_identical_race, make_decision
 

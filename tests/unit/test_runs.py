@@ -14,8 +14,9 @@ from kafka_txn_sink.commit_log import CommitLog, open_commit_log
 from kafka_txn_sink.errors import ConfigError, SupersededError
 from kafka_txn_sink.kafka.admin_api import ONGOING, TxnState
 from kafka_txn_sink.protocol import runs
-from kafka_txn_sink.protocol.messages import Decision, Owner, Release, now_ms
+from kafka_txn_sink.protocol.messages import Decision, now_ms
 from kafka_txn_sink.protocol.recover import judge
+from kafka_txn_sink.protocol.run_records import Owner, Release
 from kafka_txn_sink.protocol.runs import (
     RunRef,
     check_current,

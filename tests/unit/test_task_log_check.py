@@ -10,8 +10,9 @@ import pytest
 from kafka_txn_sink.commit_log import open_commit_log
 from kafka_txn_sink.errors import CommitLogError
 from kafka_txn_sink.options import parse_options
-from kafka_txn_sink.protocol.messages import Abort, SinkMeta, Triple
+from kafka_txn_sink.protocol.messages import Abort, Triple
 from kafka_txn_sink.protocol.prepare import TaskPlan, decided
+from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.protocol.runs import RunRef
 from tests.commit_log_races import make_decision
 
