@@ -167,6 +167,11 @@ def _render_log_show(payload: Payload, console: Console) -> None:
         "tasks / participants", f"{decision['tasks']} / {len(decision['participants'])}"
     )
     summary.add_row("rows", str(decision["rows"]))
+    for used in decision.get("schemas", ()):
+        summary.add_row(
+            f"{used['column']} schema",
+            f"{used['format']}, subject {used['subject']}, id {used['schema_id']}",
+        )
     if payload["aborted_rounds"]:
         rounds = ", ".join(
             f"{a['round']} (run {a.get('run', '-')}, {iso(a['recorded_at_ms'])})"

@@ -262,6 +262,7 @@ class Committer:
             decided_at_ms=now_ms(),
             run=self._run.run,
             round=round_,
+            schemas=tuple(sorted({s for t in tasks for s in t.schemas}, key=str)),
         )
         failpoints.fire("driver.before_decision", batch_id)
         # As late as possible: a driver frozen since its streamWriter() may have lost the sink

@@ -80,6 +80,27 @@ class FileRef:
 
 
 @dataclass(frozen=True)
+class SchemaUse:
+    """A key or value schema of the Schema Registry the batch's records were written with."""
+
+    column: str  # key or value
+    format: str  # avro or json-schema
+    subject: str
+    schema_id: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields as JSON values."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> SchemaUse:
+        """The schema use whose fields are `body`."""
+        return cls(
+            str(body["column"]), str(body["format"]), str(body["subject"]), int(body["schema_id"])
+        )
+
+
+@dataclass(frozen=True)
 class Participant:
     """A prepared transaction that a decision commits."""
 
@@ -138,6 +159,7 @@ class Decision:
     level: int = 0
     repaired: tuple[Triple, ...] = ()
     refused: tuple[LostParticipant, ...] = ()
+    schemas: tuple[SchemaUse, ...] = ()  # the registry's schemas of its records (serde/)
 
     def same_decision(self, other: Decision) -> bool:
         """Equal in everything but the time it was made: a repeated write of our own decision."""
@@ -154,6 +176,7 @@ class Decision:
             and self.level == other.level
             and self.repaired == other.repaired
             and self.refused == other.refused
+            and self.schemas == other.schemas
         )
 
     def output_ranges(self) -> OffsetRanges:
@@ -179,8 +202,10 @@ class Decision:
             body.pop("run")  # a log written before runs existed keeps its records as they were
         if not self.round:
             body.pop("round")  # round 0: the record reads as it did before rounds existed
-        for name in ("level", "repaired", "refused"):
-            body.pop(name)  # a decision reads as it did before repairs existed
+        for name in ("level", "repaired", "refused", "schemas"):
+            body.pop(name)  # a decision reads as it did before repairs and schemas existed
+        if self.schemas:
+            body["schemas"] = [s.to_json() for s in self.schemas]
         if self.level:
             body["level"] = self.level
             body["repaired"] = [t.to_json() for t in self.repaired]
@@ -210,6 +235,7 @@ class Decision:
                 level=int(body.get("level", 0)),
                 repaired=tuple(Triple.from_json(t) for t in body.get("repaired", ())),
                 refused=tuple(_lost_from(x) for x in body.get("refused", ())),
+                schemas=tuple(SchemaUse.from_json(x) for x in body.get("schemas", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(f"malformed decision record: {exc!r}") from exc

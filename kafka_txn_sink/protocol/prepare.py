@@ -40,7 +40,7 @@ from kafka_txn_sink.protocol.task_commit import TaskCommit
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.records.columns import Columns
 from kafka_txn_sink.records.output import RecordsOutput
-from kafka_txn_sink.serde.resolve import Encodings
+from kafka_txn_sink.serde.resolve import Encodings, schema_uses
 
 # A batch write's decision carries `write:{writeId}` as its query id: never a Spark query id.
 WRITE_QUERY_PREFIX = "write:"
@@ -159,6 +159,7 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
         prepared_at_ms=prepared.prepared_at_ms,
         files=files,
         digest=next((o.digest() for o in outputs if isinstance(o, RecordsOutput)), ""),
+        schemas=schema_uses(plan.encodings),
     )
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from kafka_txn_sink.protocol.messages import FileRef, OffsetRanges, TaskStatus, Triple
+from kafka_txn_sink.protocol.messages import FileRef, OffsetRanges, SchemaUse, TaskStatus, Triple
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class TaskCommit(WriterCommitMessage):
     files: tuple[FileRef, ...] = ()
     digest: str = ""  # of its records (records/digest.py); "" without records
     level: int = 0  # the repair level it wrote at (protocol/repair.py); 0: the batch itself
+    schemas: tuple[SchemaUse, ...] = ()  # the registry's schemas its records carry (serde/)
 
     @property
     def prepared_triple(self) -> Triple:

@@ -19,6 +19,7 @@ from typing import Any
 from pyspark.sql.types import DataType, StructField, StructType
 
 from kafka_txn_sink.errors import ConfigError, SchemaRegistryError
+from kafka_txn_sink.protocol.messages import SchemaUse
 from kafka_txn_sink.serde.options import (
     AUTO_REGISTER,
     REGISTRY_PREFIX,
@@ -75,6 +76,12 @@ def resolve(serde: SerdeOptions, schema: StructType, topic: str | None) -> Encod
     types = {f.name.lower(): f.dataType for f in schema.fields}
     found = {f.column: _resolve_field(client, serde, f, types, topic) for f in serde.fields()}
     return Encodings(key=found.get("key"), value=found.get("value"))
+
+
+def schema_uses(encodings: Encodings | None) -> tuple[SchemaUse, ...]:
+    """What a batch's decision records of `encodings`: each column's subject and schema id."""
+    found = (encodings.key, encodings.value) if encodings else ()
+    return tuple(SchemaUse(e.column, e.format, e.subject, e.schema_id) for e in found if e)
 
 
 def derived_schema(column: str, data_type: DataType, fmt: Format) -> str:

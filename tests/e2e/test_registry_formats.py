@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from kafka_txn_sink import testing
+from kafka_txn_sink.protocol.messages import SchemaUse
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.conftest import on_both_spark_lines
 from tests.e2e.harness import (
@@ -81,6 +82,10 @@ def test_avro_values_the_sink_registers_are_read_once_after_a_kill_after_the_dec
     values = decoded_values(pipeline, schema_registry, "avro")
     assert sorted(v["id"] for v in values) == sorted(ids)
     assert {v["size"] for v in values} == {len(json.dumps({"id": ids[0]}))}
+    schema_id = read_topic(pipeline.bootstrap, pipeline.output, "read_committed")[0].value[1:5]
+    used = SchemaUse("value", "avro", f"{pipeline.output}-value", int.from_bytes(schema_id, "big"))
+    log = pipeline.open_log()
+    assert [log.decision(b).schemas for b in log.decided_batches()] == [(used,), (used,)]
 
 
 def test_json_schema_values_of_a_registered_subject_without_auto_registration(
