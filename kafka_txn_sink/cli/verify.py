@@ -76,8 +76,9 @@ def _input_options(group: Any) -> None:
     group.add_argument(
         "--input-id",
         default="key",
-        metavar="key|json:FIELD",
-        help="where an input record's id is: its key (default) or a field of its JSON value",
+        metavar="key|json:FIELD|registry:FIELD",
+        help="where an input record's id is: its key (default), a field of its JSON value, or "
+        "of its value in a registry format",
     )
     group.add_argument(
         "--checkpoint",
@@ -96,7 +97,16 @@ def _output_options(group: Any) -> None:
         help="the sink's topic (repeatable): read read_committed",
     )
     group.add_argument(
-        "--output-id", default="key", metavar="key|json:FIELD", help="where an output id is"
+        "--output-id",
+        default="key",
+        metavar="key|json:FIELD|registry:FIELD",
+        help="where an output id is: the key, a field of a JSON value, or a field of a value "
+        "the sink wrote in a registry format (Avro or JSON Schema; needs --schema-registry-url)",
+    )
+    group.add_argument(
+        "--schema-registry-url",
+        metavar="URL",
+        help="the Schema Registry of registry:FIELD ids (the sink's schema.registry.url)",
     )
 
 
@@ -158,6 +168,7 @@ def spec_of(args: argparse.Namespace) -> VerifySpec:
         file_id_field=args.file_id_field,
         s3=s3_settings(args),
         kafka=kafka_settings(args),
+        schema_registry={"url": args.schema_registry_url} if args.schema_registry_url else {},
         timeout_s=args.timeout_ms / 1000,
         stall_timeout_s=args.stall_timeout_s,
     )

@@ -72,7 +72,7 @@ def resolve(serde: SerdeOptions, schema: StructType, topic: str | None) -> Encod
     """
     if not serde.uses_registry:
         return None
-    client = _client(serde.registry)
+    client = registry_client(serde.registry)
     types = {f.name.lower(): f.dataType for f in schema.fields}
     found = {f.column: _resolve_field(client, serde, f, types, topic) for f in serde.fields()}
     return Encodings(key=found.get("key"), value=found.get("value"))
@@ -240,7 +240,7 @@ def _schema(text: str, fmt: Format) -> Any:
     return Schema(text, _TYPES[fmt])
 
 
-def _client(settings: Mapping[str, str]) -> Any:
+def registry_client(settings: Mapping[str, str]) -> Any:
     """confluent-kafka's registry client with the user's settings and bounded deadlines.
 
     Raises:

@@ -11,7 +11,7 @@ duplicated one never cancel out.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.errors import ConfigError, InputError
 
 BUCKETS = 64  # a power of two
 _EMPTY = pa.array([], pa.binary())
@@ -42,37 +42,48 @@ def id_bytes(value: Any) -> bytes | None:
 
 @dataclass(frozen=True)
 class IdSource:
-    """How to find the id of a Kafka record: its key, or a (dotted) field of its JSON value."""
+    """How to find the id of a Kafka record: its key, or a (dotted) field of its value, which
+    is JSON, or in a Schema Registry's wire format (`decode`: the registry's decoder)."""
 
     field: tuple[str, ...] = ()  # empty: the record key
+    decode: Callable[[bytes], Any] | None = None  # None: the value is JSON
 
     @classmethod
-    def parse(cls, text: str, option: str) -> IdSource:
-        """`key` or `json:FIELD` (`json:a.b` for a nested field).
+    def parse(
+        cls, text: str, option: str, decode: Callable[[bytes], Any] | None = None
+    ) -> IdSource:
+        """`key`, `json:FIELD` or `registry:FIELD` (`json:a.b` for a nested field); the
+        registry's values are read with `decode`.
 
         Raises:
-            ConfigError: anything else; the message names `option`.
+            ConfigError: anything else, or `registry:` without `decode`; the message names
+                `option`.
         """
         if text == "key":
             return cls()
         kind, sep, path = text.partition(":")
         parts = tuple(path.split("."))
-        if kind != "json" or not sep or not all(parts):
-            raise ConfigError(f"{option} must be key or json:FIELD, got {text!r}")
-        return cls(parts)
+        if kind not in ("json", "registry") or not sep or not all(parts):
+            raise ConfigError(f"{option} must be key, json:FIELD or registry:FIELD, got {text!r}")
+        if kind == "registry" and decode is None:
+            raise ConfigError(f"{option}={text} needs --schema-registry-url")
+        return cls(parts, decode if kind == "registry" else None)
 
     def __str__(self) -> str:
-        return "json:" + ".".join(self.field) if self.field else "key"
+        if not self.field:
+            return "key"
+        return ("registry:" if self.decode else "json:") + ".".join(self.field)
 
     def of(self, key: bytes | None, value: bytes | None) -> bytes | None:
-        """The id of one record; None when it has none (null key, not JSON, no such field)."""
+        """The id of one record; None when it has none (null key, a value that does not
+        decode, no such field)."""
         if not self.field:
             return key
         if value is None:
             return None
         try:
-            found: Any = json.loads(value)
-        except (ValueError, RecursionError):
+            found: Any = self.decode(value) if self.decode else json.loads(value)
+        except (ValueError, RecursionError, InputError, EOFError):
             return None
         for name in self.field:
             if not isinstance(found, dict):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kafka_txn_sink import extras
 from kafka_txn_sink.commit_log import LOG_FORMATS
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.storage import S3Settings
@@ -29,6 +30,7 @@ class VerifySpec:
     file_id_field: str = "id"
     s3: S3Settings | None = None
     kafka: Mapping[str, str] = field(default_factory=dict)
+    schema_registry: Mapping[str, str] = field(default_factory=dict)  # its client's settings
     timeout_s: float = 30.0
     stall_timeout_s: float = 60.0
 
@@ -51,7 +53,13 @@ class VerifySpec:
             raise ConfigError(f"--log-format must be auto, json or delta, not {self.log_format!r}")
         if not self.file_id_field:
             raise ConfigError("--file-id-field must not be empty")
+        decode = None
+        if self.schema_registry.get("url"):
+            extras.require("verify --schema-registry-url", "registry")
+            from kafka_txn_sink.serde.decode import WireDecoder
+
+            decode = WireDecoder(self.schema_registry)
         return (
-            IdSource.parse(self.input_id, "--input-id"),
-            IdSource.parse(self.output_id, "--output-id"),
+            IdSource.parse(self.input_id, "--input-id", decode),
+            IdSource.parse(self.output_id, "--output-id", decode),
         )

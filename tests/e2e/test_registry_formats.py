@@ -25,6 +25,7 @@ from tests.e2e.harness import (
     open_transactions,
     produce_ids,
 )
+from tests.e2e.test_repair import cli_json, verify_args
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.registry]
 
@@ -67,7 +68,7 @@ def decoded_values(pipeline: Pipeline, registry: testing.SchemaRegistry, fmt: st
 
 @on_both_spark_lines
 def test_avro_values_the_sink_registers_are_read_once_after_a_kill_after_the_decision(
-    pipeline: Pipeline, schema_registry: testing.SchemaRegistry
+    pipeline: Pipeline, schema_registry: testing.SchemaRegistry, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with_format(pipeline, schema_registry, "avro")
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
@@ -86,6 +87,12 @@ def test_avro_values_the_sink_registers_are_read_once_after_a_kill_after_the_dec
     used = SchemaUse("value", "avro", f"{pipeline.output}-value", int.from_bytes(schema_id, "big"))
     log = pipeline.open_log()
     assert [log.decision(b).schemas for b in log.decided_batches()] == [(used,), (used,)]
+    # verify reads the ids out of the Avro values
+    registry = ["--output-id", "registry:id", "--schema-registry-url", schema_registry.url]
+    code, report = cli_json(capsys, "verify", *verify_args(pipeline), *registry)
+    assert code == 0 and report["exact"], report
+    records = report["records"]
+    assert (records["id"], records["seen"], records["without_id_count"]) == ("registry:id", N, 0)
 
 
 def test_json_schema_values_of_a_registered_subject_without_auto_registration(

@@ -469,7 +469,7 @@ def test_cannot_run_exits_2_with_one_line(bed: Bed, capsys: pytest.CaptureFixtur
     cases = {
         "nothing to verify": ["verify", "--bootstrap", bed.bootstrap, "--input-topic", bed.input],
         "--output-topic nope_": [*bed.records_args()[:5], "--output-topic", "nope_" + bed.output],
-        "--input-id must be key or json:FIELD": bed.records_args("--input-id", "value"),
+        "--input-id must be key, json:FIELD": bed.records_args("--input-id", "value"),
         "--path needs --log": [
             "verify",
             "--bootstrap",

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from kafka_txn_sink import cli
 from kafka_txn_sink.cli import verify as cli_verify
-from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
+from kafka_txn_sink.errors import ConfigError, InputError, KafkaUnavailableError
 from kafka_txn_sink.files.naming import parse_file_name
 from kafka_txn_sink.protocol.messages import (
     Completion,
@@ -49,8 +49,10 @@ from kafka_txn_sink.verify.report import (
 def test_id_source_parses_key_and_json_fields() -> None:
     assert IdSource.parse("key", "--input-id") == IdSource()
     assert IdSource.parse("json:event.id", "--input-id").field == ("event", "id")
-    with pytest.raises(ConfigError, match="--output-id must be key or json:FIELD"):
+    with pytest.raises(ConfigError, match="--output-id must be key, json:FIELD or registry:FIELD"):
         IdSource.parse("json:", "--output-id")
+    with pytest.raises(ConfigError, match=r"^--output-id=registry:id needs --schema-registry-url$"):
+        IdSource.parse("registry:id", "--output-id")
     with pytest.raises(ConfigError, match="--input-id"):
         IdSource.parse("value", "--input-id")
 
@@ -64,6 +66,18 @@ def test_id_source_reads_keys_and_json_values() -> None:
     assert nested.of(None, b"not json") is None
     assert nested.of(None, b'{"e": 3}') is None
     assert nested.of(None, None) is None
+
+
+def test_id_source_reads_registry_values_through_their_decoder() -> None:
+    def decode(value: bytes) -> object:
+        if not value.startswith(b"\x00"):
+            raise InputError("not Confluent's wire format")
+        return json.loads(value[5:])
+
+    registry = IdSource.parse("registry:e.id", "--output-id", decode)
+    assert str(registry) == "registry:e.id"
+    assert registry.of(None, b'\x00\x00\x00\x00\x01{"e": {"id": "a"}}') == b"a"
+    assert registry.of(None, b'{"e": {"id": "a"}}') is None  # not the wire format: no id
 
 
 def store(*ids: str) -> IdStore:
@@ -329,7 +343,7 @@ def test_the_payload_for_people_is_capped_but_counts_stay() -> None:
         ({"input_topics": ()}, "--input-topic is required"),
         ({}, "nothing to verify"),
         ({"path": "/data"}, "--path needs --log"),
-        ({"output_topics": ("o",), "output_id": "json"}, "--output-id must be key or json:FIELD"),
+        ({"output_topics": ("o",), "output_id": "json"}, "--output-id must be key, json:FIELD"),
         ({"output_topics": ("o",), "log_format": "xml"}, "--log-format"),
     ],
 )
