@@ -15,8 +15,9 @@
 - The Spark packages (Kafka source/sink, Avro) that pyspark does not ship (``jars``), and a local
   SparkSession with them (``spark_session``).
 - For tests of pipelines that end in the sink: pytest fixtures (``plugin``, loaded by pytest
-  through the package's entry point) and ``read_committed`` / ``read_referenced_files``
-  (``readers``), DataFrames of what read_committed consumers see, ready for chispa.
+  through the package's entry point) and ``read_committed`` / ``read_committed_values`` (values
+  of a Schema Registry's format, decoded) / ``read_referenced_files`` (``readers``), DataFrames
+  of what read_committed consumers see, ready for chispa.
 
 Everything binds 127.0.0.1 only; every wait is bounded; every process started here is ended at
 exit unless it was started detached (``up``; see ``processes``). Tests, benchmarks, the demo and
@@ -56,7 +57,12 @@ from kafka_txn_sink.testing.kafka_broker import (
 )
 from kafka_txn_sink.testing.kafka_cluster import KafkaCluster
 from kafka_txn_sink.testing.processes import java_executable, maven_executable, tail, wait_for
-from kafka_txn_sink.testing.readers import KAFKA_COLUMNS, read_committed, read_referenced_files
+from kafka_txn_sink.testing.readers import (
+    KAFKA_COLUMNS,
+    read_committed,
+    read_committed_values,
+    read_referenced_files,
+)
 from kafka_txn_sink.testing.s3_server import (
     AnyS3Server,
     ExternalS3Server,
@@ -105,6 +111,7 @@ __all__ = [
     "newest_spark_line",
     "pinned",
     "read_committed",
+    "read_committed_values",
     "read_referenced_files",
     "read_versions",
     "registry_runner",

@@ -178,3 +178,41 @@ def _temporary_dir() -> Path:
     directory = Path(tempfile.mkdtemp(prefix="kts-referenced-files-"))
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
     return directory
+
+
+def read_committed_values(
+    spark: SparkSession,
+    topic: str,
+    schema_registry_url: str,
+    *,
+    bootstrap: str | None = None,
+    kafka_options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """``read_committed`` with each ``value`` decoded from the Schema Registry's wire format, as
+    the sink writes it with option ``valueFormat``: Avro values as the struct their schema
+    describes (Spark's ``from_avro``), JSON Schema values as their JSON text.
+
+    Raises:
+        ValueError: the topic's values carry more than one schema id (decode them one by one).
+    """
+    from pyspark.sql.avro.functions import from_avro
+    from pyspark.sql.functions import col, expr
+
+    from kafka_txn_sink.serde.resolve import registry_client
+
+    records = read_committed(spark, topic, bootstrap=bootstrap, kafka_options=kafka_options)
+    ids = {
+        int.from_bytes(bytes(row.schema_id), "big")
+        for row in records.select(expr("substring(value, 2, 4) AS schema_id")).distinct().collect()
+    }
+    if len(ids) > 1:
+        raise ValueError(f"topic {topic} has values of schema ids {sorted(ids)}: one at a time")
+    if not ids:
+        return records
+    schema = registry_client({"url": schema_registry_url}).get_schema(ids.pop())
+    payload = expr("substring(value, 6)")
+    if (schema.schema_type or "AVRO") == "JSON":
+        decoded = payload.cast("string")
+    else:
+        decoded = from_avro(payload, schema.schema_str)
+    return records.withColumn("value", decoded).select(*(col(c) for c in KAFKA_COLUMNS))
