@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.functions import col, from_json
 
 import kafka_txn_sink
 
@@ -45,6 +46,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=[],
         metavar="KEY=VALUE",
         help="option of Spark's Kafka source (Java client settings as kafka.KEY)",
+    )
+    parser.add_argument(
+        "--value-ddl",
+        help="parse the input's JSON values into this struct (a DDL string, e.g. 'id STRING, "
+        "amount DOUBLE') and write that struct: with --sink-option valueFormat=avro the sink "
+        "registers its Avro schema in the Schema Registry and writes Confluent's wire format",
     )
     parser.add_argument(
         "--sink-option",
@@ -86,8 +93,9 @@ def secret(reference: str) -> str:
 
 
 def read_input(spark: SparkSession, args: argparse.Namespace, extra: dict[str, str]) -> DataFrame:
-    """The input topic from its start, as key and value (Spark's Kafka source)."""
-    return (
+    """The input topic from its start, as key and value (Spark's Kafka source); with
+    ``--value-ddl`` the value parsed from JSON into that struct."""
+    records = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", args.bootstrap)
         .option("subscribe", args.input_topic)
@@ -95,8 +103,11 @@ def read_input(spark: SparkSession, args: argparse.Namespace, extra: dict[str, s
         .option("maxOffsetsPerTrigger", args.max_offsets_per_trigger)
         .options(**extra)
         .load()
-        .select("key", "value")
     )
+    if not args.value_ddl:
+        return records.select("key", "value")
+    value = from_json(col("value").cast("string"), args.value_ddl)
+    return records.select("key", value.alias("value"))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
