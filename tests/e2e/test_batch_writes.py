@@ -250,6 +250,9 @@ def test_killed_after_the_decision_the_rerun_completes_it(pipeline: Pipeline) ->
     assert log.completion(0) is not None
 
 
+# The full tier (90 s of waiting for the brokers' timeout): the CI tier has the re-run's repair
+# planned and refused on the real broker (tests/integration/test_batch_write_lost.py).
+@pytest.mark.full
 def test_killed_after_the_decision_past_the_timeout_the_rerun_repairs_it(
     pipeline: Pipeline,
 ) -> None:

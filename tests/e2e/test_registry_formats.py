@@ -142,6 +142,9 @@ def test_a_null_where_the_schema_forbids_it_fails_the_batch_naming_column_and_su
     assert open_transactions(pipeline.bootstrap, pipeline.sink_id) == []
 
 
+# The full tier: the CI tier has the same refusal at the driver's resolution
+# (tests/integration/test_registry_formats.py).
+@pytest.mark.full
 def test_an_incompatible_schema_fails_the_query_before_any_transaction(
     pipeline: Pipeline, schema_registry: testing.SchemaRegistry
 ) -> None:
