@@ -30,7 +30,7 @@ EXTRAS: Mapping[str, tuple[str, ...]] = {
     "delta": ("deltalake",),
     "keystore": ("cryptography",),
     "verify": ("numpy", "fastavro", "boto3", "botocore"),
-    "registry": ("confluent_kafka.schema_registry", "fastavro", "jsonschema"),
+    "registry": ("confluent_kafka.schema_registry", "fastavro", "jsonschema", "numpy"),
 }
 
 

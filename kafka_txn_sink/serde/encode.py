@@ -20,7 +20,6 @@ import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
 from kafka_txn_sink.errors import InputError
-from kafka_txn_sink.serde.avro_columns import datums
 from kafka_txn_sink.serde.resolve import Encoding, Encodings, derived_schema
 
 
@@ -65,6 +64,8 @@ class FieldEncoder:
         """`cells` for an Arrow column of the Arrow writer (PySpark 4.1+): a column at once where
         `avro_columns` can, else row by row."""
         if self._columnar is not None:
+            from kafka_txn_sink.serde.avro_columns import datums  # numpy: the registry extra's
+
             found = datums(array, self._columnar, self._prefix)
             if found is not None:
                 return found
