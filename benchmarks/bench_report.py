@@ -107,3 +107,38 @@ def memory_table(tag: str, peaks: dict[str, dict[int, int]]) -> list[str]:
             f"| {p16 / p1:.2f} |"
         )
     return out
+
+
+def ratio_chart(rates: Rates, tags: list[str], cells: list[str], path: str) -> None:
+    """The ratios of RATIOS as bars (median, min-max whiskers) with their targets, one panel
+    per Spark line, as an SVG file (matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(len(tags), 1, figsize=(11, 3.5 * len(tags)), squeeze=False)
+    for axis, tag in zip(axes[:, 0], tags, strict=True):
+        labels, medians, lows, highs, aims = [], [], [], [], []
+        for name, top, bottom, targets in RATIOS:
+            for cell in cells:
+                kept = counted(round_ratios(rates, tag, cell, top, bottom))
+                if not kept:
+                    continue
+                median = statistics.median(kept)
+                labels.append(f"{name}\n{cell}")
+                medians.append(median)
+                lows.append(median - min(kept))
+                highs.append(max(kept) - median)
+                aims.append(targets.get(tag))
+        positions = range(len(labels))
+        axis.bar(positions, medians, yerr=[lows, highs], capsize=3)
+        for x, aim in zip(positions, aims, strict=True):
+            if aim is not None:
+                axis.plot([x - 0.4, x + 0.4], [aim, aim], color="red")
+        axis.axhline(1.0, color="grey", linewidth=0.8)
+        axis.set_xticks(list(positions), labels, rotation=30, ha="right", fontsize=7)
+        axis.set_title(f"Spark {tag}: ratios, median of rounds (red: target)")
+    figure.tight_layout()
+    figure.savefig(path)
+    print(f"chart: {path}")

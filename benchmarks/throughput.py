@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import commit_overhead
-from bench_report import Rates, memory_table, rate_table, ratio_table
+from bench_report import Rates, memory_table, rate_table, ratio_chart, ratio_table
 from bench_rows import LOG12_DDL, PARTITION_BY, VARIANTS, Data, make_data, produce_all
 
 from kafka_txn_sink import testing
@@ -381,6 +381,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--memory-rows", type=int, default=25_000, help="0: skip memory")
     parser.add_argument("--commit-tasks", default="8,32,128", help="'': skip commit overhead")
     parser.add_argument("--avro-codec", default="null", choices=sorted(AVRO_CODECS))
+    parser.add_argument("--chart", default="", help="an SVG file for the ratios")
     parser.add_argument(
         "--shared-producer", action="store_true", help=f"every Kafka writer: {SHARED_PRODUCER}"
     )
@@ -435,6 +436,9 @@ def run(options: argparse.Namespace, work: Path, bootstrap: str, s3: str, regist
         for n in (int(t) for t in options.commit_tasks.split(",") if t)
     ]
     print("\n".join(report(options, lines, cells, writers, rates)))
+    if options.chart:
+        tags, keys = [line.tag for line in lines], [cell.key for cell in cells]
+        ratio_chart(rates, tags, keys, options.chart)
     for tag, peaks in memories.items():
         print("\n".join(memory_table(tag, peaks)))
     if commits:
