@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kafka_txn_sink.errors import InputError
 from kafka_txn_sink.files.naming import FileNaming
 from kafka_txn_sink.files.plan import FilePlan
 from kafka_txn_sink.files.references import reference
+from kafka_txn_sink.files.rows_arrow import RowsToArrow
 from kafka_txn_sink.files.writer import FileSet
 from kafka_txn_sink.options import FilesOptions, SinkOptions
 from kafka_txn_sink.protocol.messages import FileRef
@@ -51,14 +53,25 @@ class FilesOutput:
         self._batch_id = batch_id
         self._sink = open_file_sink(options.files.path, options.s3)
         self._files = FileSet(plan, self._sink, FileNaming(batch_id, partition, attempt))
+        self._plan = plan
+        self._arrow: RowsToArrow | None = None  # made by the first add_rows (the row writer)
 
     def add_rows(self, rows: Sequence[Any]) -> None:
-        """Write rows (tuples in the order of the plan's schema), in order.
+        """Write rows (tuples in the order of the plan's schema), in order: as one Arrow batch
+        through the native encoder where it can (files/rows_arrow.py), else one by one.
 
         Raises:
             InputError: a row cannot be written; the message names the column and row.
             StagingError: a finished file could not be uploaded.
         """
+        if self._arrow is None and self._plan.payload_column is None:
+            self._arrow = RowsToArrow(self._plan.schema)
+        batch = self._arrow.batch(rows) if self._arrow and self._arrow.usable else None
+        try:
+            if batch is not None and self._files.add_native(batch):
+                return
+        except InputError:
+            pass  # nothing was written: the rows below name the row at fault
         for row in rows:
             self._files.add(row)
 

@@ -168,13 +168,29 @@ class FileSet:
             for values, rows in self._split(batch):
                 self._write_payloads(values, payloads if rows is None else payloads.take(rows))
             return
-        encoder = self._encoders[batch.schema] if self.accepts(batch.schema) else None
+        if not self.add_native(batch):
+            self._add_rows(batch)
+
+    def add_native(self, batch: pa.RecordBatch) -> bool:
+        """Write an Arrow batch (columns as the plan's schema) natively encoded, as `add_batch`
+        does where it can; False, with nothing written, where it cannot (payload mode, a schema
+        this set does not `accept`, a null the native encoder cannot place).
+
+        Raises:
+            InputError: a row cannot be written (a null time of a partition column).
+            StagingError: a finished file could not be uploaded.
+        """
+        if self._closed:
+            raise StagingError("this FileSet is closed")
+        if self._plan.payload_column is not None or not self.accepts(batch.schema):
+            return False
+        encoder = self._encoders[batch.schema]
         data = encoder.prepare(batch.select(self._plan.data_indexes)) if encoder else None
         if encoder is None or data is None:
-            self._add_rows(batch)
-            return
+            return False
         for values, rows in self._split(batch):
             self._write_part(values, data if rows is None else data.take(rows), encoder)
+        return True
 
     def close(self) -> list[WrittenFile]:
         """Finish and upload every open file; every file this task wrote, in write order."""

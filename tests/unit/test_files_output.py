@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+import os
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -13,6 +15,7 @@ from typing import Any
 
 import fastavro
 import pyarrow as pa
+import pytest
 from pyspark.sql.conversion import ArrowTableToRowsConversion
 from pyspark.sql.types import (
     DecimalType,
@@ -25,6 +28,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from kafka_txn_sink.errors import InputError
+from kafka_txn_sink.files import rows_arrow
 from kafka_txn_sink.files.naming import parse_file_name
 from kafka_txn_sink.files.output import FilesOutput
 from kafka_txn_sink.files.plan import plan_for_options
@@ -216,3 +221,48 @@ def test_arrow_rows_equal_what_the_row_writer_gets() -> None:
     ]
 
     assert list(arrow_rows(schema)(batch)) == expected
+
+
+@pytest.fixture
+def utc_local() -> Iterator[None]:
+    """This process's local time set to UTC for the test."""
+    saved = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if saved is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = saved
+    time.tzset()
+
+
+@pytest.mark.usefixtures("utc_local")
+def test_rows_go_through_the_native_encoder_and_write_what_row_by_row_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    naive = START.replace(tzinfo=None)  # PySpark's rows carry naive local times
+    data = [(i, f"u{i % 3}", naive + dt.timedelta(minutes=i)) for i in range(50)]
+    native = open_output(tmp_path / "native", FakeTxn())
+    native.add_rows(data[:1])
+    native.add_rows(data[1:])
+    monkeypatch.setattr(rows_arrow, "_utc_local", lambda: False)  # timestamps: row by row
+    plain = open_output(tmp_path / "plain", FakeTxn())
+    plain.add_rows(data)
+
+    assert (native._files.native_rows, plain._files.native_rows) == (50, 0)
+    from_native = sorted(native.close(), key=lambda f: f.partition_path)
+    from_plain = sorted(plain.close(), key=lambda f: f.partition_path)
+    assert [a.partition_path for a in from_native] == [b.partition_path for b in from_plain]
+    for a, b in zip(from_native, from_plain, strict=True):
+        assert read_file(a.location)[0] == read_file(b.location)[0]  # header: schema, codec
+        assert read_file(a.location)[2] == read_file(b.location)[2]  # the records
+
+
+def test_a_null_the_schema_forbids_names_its_row_on_the_row_path_too(tmp_path: Path) -> None:
+    output = open_output(tmp_path, FakeTxn())
+    data = rows(6)
+    data[3] = (None, "u1", START)
+
+    with pytest.raises(InputError, match=r"^row 3 of task partition 3: .*column id"):
+        output.add_rows(data)
