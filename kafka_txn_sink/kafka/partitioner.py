@@ -19,7 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 SEED = 0x9747B28C
-MULTIPLIER = pa.scalar(0x5BD1E995, pa.uint32())  # see _u32
+# A plain int, made a uint32 scalar where used (_u32): a scalar made at import would make
+# pyarrow import pandas (hundreds of ms) in every process that imports the sink, Spark's
+# short-lived commit workers included.
+MULTIPLIER = 0x5BD1E995
 POSITIVE = 0x7FFFFFFF
 
 
@@ -64,13 +67,13 @@ def murmur2(data: pa.Array, starts: pa.Array, lengths: pa.Array) -> pa.UInt32Arr
         live = pc.greater(blocks, block)
         at = pc.add(pc.filter(starts, live), 4 * block)
         word = _mixed(_word(data, at))
-        mixed = pc.bit_wise_xor(pc.multiply(pc.filter(hashes, live), MULTIPLIER), word)
+        mixed = pc.bit_wise_xor(pc.multiply(pc.filter(hashes, live), _u32(MULTIPLIER)), word)
         hashes = pc.replace_with_mask(hashes, live, mixed)
     tail = pc.bit_wise_and(lengths, 3)
     end = pc.add(starts, pc.subtract(lengths, tail))
     hashes = _mix_tail(hashes, data, end, tail)
     hashes = pc.bit_wise_xor(hashes, pc.shift_right(hashes, _u32(13)))
-    hashes = pc.multiply(hashes, MULTIPLIER)
+    hashes = pc.multiply(hashes, _u32(MULTIPLIER))
     return pc.bit_wise_xor(hashes, pc.shift_right(hashes, _u32(15)))
 
 
@@ -86,9 +89,9 @@ def _word(data: pa.Array, at: pa.Array) -> pa.Array:
 
 def _mixed(word: pa.Array) -> pa.Array:
     """A block's word as murmur2 mixes it: k *= m; k ^= k >>> 24; k *= m."""
-    word = pc.multiply(word, MULTIPLIER)
+    word = pc.multiply(word, _u32(MULTIPLIER))
     word = pc.bit_wise_xor(word, pc.shift_right(word, _u32(24)))
-    return pc.multiply(word, MULTIPLIER)
+    return pc.multiply(word, _u32(MULTIPLIER))
 
 
 def _mix_tail(hashes: pa.Array, data: pa.Array, end: pa.Array, tail: pa.Array) -> pa.Array:
@@ -99,4 +102,4 @@ def _mix_tail(hashes: pa.Array, data: pa.Array, end: pa.Array, tail: pa.Array) -
         shifted = pc.shift_left(pc.cast(pc.take(data, at), pa.uint32()), _u32(8 * byte))
         hashes = pc.replace_with_mask(hashes, has, pc.bit_wise_xor(pc.filter(hashes, has), shifted))
     has = pc.greater(tail, 0)
-    return pc.replace_with_mask(hashes, has, pc.multiply(pc.filter(hashes, has), MULTIPLIER))
+    return pc.replace_with_mask(hashes, has, pc.multiply(pc.filter(hashes, has), _u32(MULTIPLIER)))
