@@ -181,3 +181,10 @@ def test_the_command_line_runs_without_pyspark() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "usage: kafka-txn-sink" in done.stdout
+
+
+def test_importing_the_sink_does_not_import_pandas() -> None:
+    # Spark starts a fresh Python worker for each batch's commit: pandas would cost it 0.3-0.5 s.
+    code = "import sys, kafka_txn_sink.datasource; print('pandas' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
