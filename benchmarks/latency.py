@@ -12,8 +12,10 @@ its produce time, and a read_committed consumer of the output notes when each ro
 on one clock. The sinks alternate in order from round to round; the figures are p50 / p99 / max
 over every row of every round after the first (the first warms up the broker), and kafka_txn's
 excess over Spark's at the same trigger, with the issue's targets at a 1 s trigger. The mean of
-each part of the batches' `durationMs` says where a batch's time goes; `--chart` draws the
-latency distributions (matplotlib).
+each part of the batches' `durationMs` says where a batch's time goes, and for kafka_txn the
+failpoints (each set to `signal`, which notes when it is reached) split a batch into its tasks,
+Spark's commit up to the prepare check, the check, the decision, the EndTxns and the completion;
+`--chart` draws the latency distributions (matplotlib).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from kafka_txn_sink import testing
+from kafka_txn_sink import failpoints, testing
 from tests.e2e.harness import create_topics
 
 BENCHMARKS = Path(__file__).resolve().parent
@@ -54,6 +56,7 @@ class Run:
     expected: int = 0
     batches: int = 0
     duration_ms: dict[str, float] = field(default_factory=dict)
+    phases_ms: dict[str, float] = field(default_factory=dict)  # kafka_txn's, from failpoints
 
 
 def produce(bootstrap: str, topic: str, rate: int, seconds: float) -> int:
@@ -123,6 +126,11 @@ def measure(bench: dict[str, Any], sink: str, trigger_ms: int, round_no: int) ->
         "max_s": bench["seconds"] + 600,
     }
     env = {**os.environ, "PYSPARK_PYTHON": bench["python"], "SPARK_LOCAL_IP": "127.0.0.1"}
+    signals = work / f"{name}_signals"
+    if sink == "kafka_txn":  # every point signals when it is reached: the phases of a batch
+        signals.mkdir()
+        spec = ";".join(f"{point}=signal" for point in PHASE_POINTS)
+        env.update(failpoints.environment(spec, signals))
     process = subprocess.Popen(
         [bench["python"], str(BENCHMARKS / "latency_job.py"), json.dumps(job)],
         stdout=subprocess.PIPE,
@@ -146,6 +154,8 @@ def measure(bench: dict[str, Any], sink: str, trigger_ms: int, round_no: int) ->
         if process.poll() is None:
             process.kill()
     run.batches, run.duration_ms = summary["batches"], summary["duration_ms"]
+    if sink == "kafka_txn":
+        run.phases_ms = phases(signals)
     if summary["error"] or len(run.latencies_ms) != run.expected:
         raise RuntimeError(
             f"{sink} at {trigger_ms} ms: {len(run.latencies_ms)} of "
@@ -157,6 +167,51 @@ def measure(bench: dict[str, Any], sink: str, trigger_ms: int, round_no: int) ->
         flush=True,
     )
     return run
+
+
+PHASE_POINTS = (
+    "task.after_init",
+    "task.after_flush",
+    *failpoints.DRIVER_POINTS,
+)
+# (phase, from point, to point): from the first time the first point fires in a batch (the tasks)
+# or its last (the driver's phases begin after every task), to the last time the second fires
+PHASES = (
+    ("tasks: first init to last flush", "task.after_init", "task.after_flush"),
+    (
+        "last flush to the prepare check (Spark's commit, streamWriter())",
+        "task.after_flush",
+        "driver.before_prepare_check",
+    ),
+    ("prepare check", "driver.before_prepare_check", "driver.before_decision"),
+    ("decision put", "driver.before_decision", "driver.after_decision"),
+    ("first EndTxn", "driver.after_decision", "driver.after_first_endtxn"),
+    ("other EndTxns, completion put", "driver.after_first_endtxn", "driver.after_completion"),
+)
+
+
+def phases(signals: Path) -> dict[str, float]:
+    """The mean ms of each phase of PHASES over the batches every point of it was reached in."""
+    times: dict[str, dict[int, list[float]]] = {}
+    for point in PHASE_POINTS:
+        path = signals / f"{point}.reached"
+        lines = path.read_text().splitlines() if path.exists() else []
+        for body in map(json.loads, filter(None, lines)):
+            times.setdefault(point, {}).setdefault(body["batch"], []).append(body["at"])
+    found = {}
+    for name, start, end in PHASES:
+        spans = [
+            (
+                max(times[end][batch])
+                - (min(starts) if start.startswith("task.after_init") else max(starts))
+            )
+            * 1000
+            for batch, starts in times.get(start, {}).items()
+            if batch in times.get(end, {})
+        ]
+        if spans:
+            found[name] = statistics.fmean(spans)
+    return found
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -214,6 +269,9 @@ def report(runs: list[Run], triggers: list[int]) -> list[str]:
             out.append(
                 f"- {sink} at {trigger} ms ({sum(r.batches for r in mine)} batches): {shown}"
             )
+            named = list(dict.fromkeys(k for r in mine for k in r.phases_ms))
+            spans = {k: statistics.fmean(r.phases_ms.get(k, 0) for r in mine) for k in named}
+            out += [f"  - {k}: {v:,.0f} ms" for k, v in spans.items()]
     return out
 
 
