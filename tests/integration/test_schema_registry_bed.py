@@ -21,8 +21,8 @@ from kafka_txn_sink import testing
 if TYPE_CHECKING:
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-# The full tier (ci/test_full.sh) until records mode speaks the registry's formats (issue 27):
-# the registry's first build adds minutes to CI's set-up.
+# The full tier (ci/test_full.sh): the CI tier meets the registry through the record formats'
+# tests (tests/integration/test_registry_formats.py and the e2e ones).
 pytestmark = [pytest.mark.registry, pytest.mark.full]
 
 USER_V1 = {
