@@ -8,6 +8,7 @@ test_schema_registry_bed.py: the oldest clients' tier collects this directory).
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -22,6 +23,7 @@ from kafka_txn_sink.options import parse_options
 from kafka_txn_sink.serde.options import SerdeOptions
 from kafka_txn_sink.serde.resolve import derived_schema, resolve
 from kafka_txn_sink.testing.processes import free_port
+from tests.s3_proxy import HeaderDroppingProxy
 
 if TYPE_CHECKING:
     from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -186,3 +188,47 @@ def test_an_unreachable_registry_fails_in_bounded_time_without_its_secret() -> N
     message = str(caught.value)
     assert message.startswith(f"subject 't-value': the Schema Registry {url} did not answer: ")
     assert "pw-4242-secret" not in message and caught.value.__cause__ is None
+
+
+class AuthenticatingProxy(HeaderDroppingProxy):
+    """The registry behind a gateway that wants HTTP basic auth (the test bed's registry has
+    none): a request without the right `Authorization` gets 401, others go through."""
+
+    def __init__(self, upstream: str, user_info: str) -> None:
+        super().__init__(upstream, drop=("Authorization",))
+        self.expected = "Basic " + base64.b64encode(user_info.encode()).decode()
+        self.refused = 0
+
+    def forward(
+        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        if dict((k.lower(), v) for k, v in headers).get("authorization") != self.expected:
+            self.refused += 1
+            answer = b'{"error_code": 40101, "message": "Unauthorized"}'
+            return 401, "Unauthorized", [("Content-Type", "application/json")], answer
+        return super().forward(method, path, headers, body)
+
+
+def test_basic_auth_reaches_the_registry_and_its_refusal_names_no_secret(
+    schema_registry: testing.SchemaRegistry, topic: str
+) -> None:
+    path = schema_registry.url.split("/", 3)[3]  # apis/ccompat/v7
+    with AuthenticatingProxy(schema_registry.base_url, "alice:pw-7331-secret") as proxy:
+        url = f"{proxy.endpoint}/{path}"
+        resolved = resolve(
+            serde(url, **{"schema.registry.basic.auth.user.info": "alice:pw-7331-secret"}),
+            INPUT,
+            topic,
+        )
+        assert resolved is not None and resolved.value is not None
+        with pytest.raises(SchemaRegistryError) as caught:
+            resolve(
+                serde(url, **{"schema.registry.basic.auth.user.info": "alice:wrong-pw-secret"}),
+                INPUT,
+                topic,
+            )
+
+    message = str(caught.value)
+    assert f"subject '{topic}-value': the Schema Registry {url} refused: " in message
+    assert "(HTTP 401, error code 40101)" in message
+    assert "secret" not in message and proxy.refused == 1
