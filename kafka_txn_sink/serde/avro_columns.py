@@ -113,7 +113,10 @@ def _logical(array: pa.Array, schema: dict[str, Any]) -> pa.Array:
 
 
 def _length_prefixed(array: pa.Array) -> pa.Array:
-    data = array if pa.types.is_binary(array.type) else array.cast(pa.binary())
+    try:
+        data = array if pa.types.is_binary(array.type) else array.cast(pa.binary())
+    except pa.ArrowInvalid:
+        raise Unsupported from None  # a large column beyond 32-bit offsets
     data = _filled(data, b"")
     lengths = pc.binary_length(data).to_numpy().astype(np.int64)
     return pc.binary_join_element_wise(_varints(_zigzag(lengths)), data, _EMPTY)
@@ -182,4 +185,14 @@ def _has_visible_null(child: pa.Array, parent: pa.Array) -> bool:
 
 
 def _is_bytes(arrow: pa.DataType) -> bool:
-    return pa.types.is_string(arrow) or pa.types.is_binary(arrow)
+    # Spark 4 sends strings and binary as the large types by default
+    # (spark.sql.execution.arrow.useLargeVarTypes).
+    return any(
+        check(arrow)
+        for check in (
+            pa.types.is_string,
+            pa.types.is_binary,
+            pa.types.is_large_string,
+            pa.types.is_large_binary,
+        )
+    )

@@ -50,6 +50,9 @@ SCALARS: list[tuple[DataType, pa.DataType, st.SearchStrategy[Any]]] = [
     (BooleanType(), pa.bool_(), st.booleans()),
     (StringType(), pa.string(), st.text(max_size=40)),
     (BinaryType(), pa.binary(), st.binary(max_size=40)),
+    # Spark 4's Arrow batches carry the large types (spark.sql.execution.arrow.useLargeVarTypes)
+    (StringType(), pa.large_string(), st.text(max_size=40)),
+    (BinaryType(), pa.large_binary(), st.binary(max_size=40)),
     (DateType(), pa.date32(), st.dates(date(1, 1, 1), date(9999, 12, 31))),
     (
         TimestampType(),
@@ -145,5 +148,23 @@ def test_the_field_encoder_takes_the_column_path_and_agrees_with_the_row_path() 
 
     encoder = FieldEncoder(encoding)
     assert encoder.array(array, 0) == encoder.cells(rows, 0) == fastavro_bytes(
+        json.loads(encoding.schema), rows
+    )
+
+
+def test_spark_s_large_string_columns_take_the_column_path() -> None:
+    from kafka_txn_sink.serde.encode import FieldEncoder
+
+    struct = StructType([StructField("user", StringType()), StructField("n", LongType())])
+    encoding = Encoding("value", "avro", "s", 9, derived_schema("value", struct, "avro"), struct)
+    arrow = pa.struct([("user", pa.large_string()), ("n", pa.int64())])
+    rows = [{"user": f"u{n}", "n": n} for n in range(20)]
+    encoder = FieldEncoder(encoding)
+
+    def row_path(array: pa.Array) -> list[Any]:
+        raise AssertionError("the column went row by row")
+
+    encoder._arrow_cells = row_path  # type: ignore[method-assign]
+    assert encoder.array(pa.array(rows, type=arrow), 0) == fastavro_bytes(
         json.loads(encoding.schema), rows
     )
