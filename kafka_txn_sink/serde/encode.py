@@ -20,7 +20,12 @@ import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
 from kafka_txn_sink.errors import InputError
+from kafka_txn_sink.files.rows_arrow import RowsToArrow
 from kafka_txn_sink.serde.resolve import Encoding, Encodings, derived_schema
+
+# Fewer cells than this go one by one: a column's fixed cost (a pyarrow call per field) is
+# more than fastavro's for a handful of rows, as in the row-by-row routing of records/output.py.
+COLUMN_MIN_ROWS = 32
 
 
 class FieldEncoder:
@@ -40,14 +45,40 @@ class FieldEncoder:
         self._payload = payload(encoding, derived)
         self._columnar = json.loads(encoding.schema) if avro and derived else None
         self._arrow_cells = _arrow_cells(encoding)
+        self._to_arrow: RowsToArrow | None = None  # the row writer's cells as one Arrow column
 
     def cells(self, cells: Sequence[Any], first_row: int) -> list[bytes | None]:
         """Each cell (as PySpark's rows carry it) encoded; None stays None. The first cell is
-        row `first_row` of the task.
+        row `first_row` of the task. Avro cells become one Arrow column first where
+        `rows_arrow` can make it exactly, and are encoded a column at once.
 
         Raises:
             InputError: a cell does not fit the schema; names the column, row and subject.
         """
+        if self._columnar is not None and len(cells) >= COLUMN_MIN_ROWS:
+            if self._to_arrow is None:
+                e = self._encoding
+                self._to_arrow = RowsToArrow(StructType([StructField(e.column, e.data_type)]))
+            batch = self._to_arrow.batch([(cell,) for cell in cells])
+            found = self._datums(batch.column(0)) if batch is not None else None
+            if found is not None:
+                return found
+        return self._one_by_one(cells, first_row)
+
+    def array(self, array: pa.Array, first_row: int) -> list[bytes | None]:
+        """`cells` for an Arrow column of the Arrow writer (PySpark 4.1+): a column at once where
+        `avro_columns` can, else row by row."""
+        found = self._datums(array) if self._columnar is not None else None
+        if found is not None:
+            return found
+        return self._one_by_one(self._arrow_cells(array), first_row)
+
+    def _datums(self, array: pa.Array) -> list[bytes | None] | None:
+        from kafka_txn_sink.serde.avro_columns import datums  # numpy: the registry extra's
+
+        return datums(array, self._columnar, self._prefix)
+
+    def _one_by_one(self, cells: Sequence[Any], first_row: int) -> list[bytes | None]:
         encoded: list[bytes | None] = []
         payload, prefix = self._payload, self._prefix
         for row, cell in enumerate(cells, first_row):
@@ -59,17 +90,6 @@ class FieldEncoder:
             except (InputError, ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise self._misfit(row, exc) from None
         return encoded
-
-    def array(self, array: pa.Array, first_row: int) -> list[bytes | None]:
-        """`cells` for an Arrow column of the Arrow writer (PySpark 4.1+): a column at once where
-        `avro_columns` can, else row by row."""
-        if self._columnar is not None:
-            from kafka_txn_sink.serde.avro_columns import datums  # numpy: the registry extra's
-
-            found = datums(array, self._columnar, self._prefix)
-            if found is not None:
-                return found
-        return self.cells(self._arrow_cells(array), first_row)
 
     def _misfit(self, row: int, exc: Exception) -> InputError:
         e = self._encoding

@@ -11,8 +11,10 @@ from typing import Any
 
 import fastavro
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.sql import Row
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -168,3 +170,31 @@ def test_spark_s_large_string_columns_take_the_column_path() -> None:
     assert encoder.array(pa.array(rows, type=arrow), 0) == fastavro_bytes(
         json.loads(encoding.schema), rows
     )
+
+
+def test_the_row_writer_s_cells_are_encoded_as_a_column_with_the_same_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kafka_txn_sink.errors import InputError
+    from kafka_txn_sink.files import rows_arrow
+    from kafka_txn_sink.serde.encode import COLUMN_MIN_ROWS, FieldEncoder
+
+    monkeypatch.setattr(rows_arrow, "_utc_local", lambda: True)
+    struct = StructType(
+        [StructField("at", TimestampType()), StructField("n", LongType(), nullable=False)]
+    )
+    encoding = Encoding("value", "avro", "s", 9, derived_schema("value", struct, "avro"), struct)
+    moments = [EPOCH + timedelta(seconds=n) for n in range(COLUMN_MIN_ROWS + 10)]
+    cells = [Row(at=at, n=n) for n, at in enumerate(moments)]
+    encoder = FieldEncoder(encoding)
+
+    def one_by_one(cells: Any, first_row: int) -> list[Any]:
+        raise AssertionError("the cells went one by one")
+
+    expected = encoder._one_by_one(cells, 0)
+    monkeypatch.setattr(encoder, "_one_by_one", one_by_one)
+    assert encoder.cells(cells, 0) == expected
+    monkeypatch.undo()  # a null the type forbids: one by one, naming its row
+    cells[5] = Row(at=None, n=None)
+    with pytest.raises(InputError, match=r"^column value of row 105 of this task"):
+        FieldEncoder(encoding).cells(cells, 100)
