@@ -254,13 +254,14 @@ def _converter(data_type: DataType, column: str) -> Converter | None:
             is_map=True,
         )
     if isinstance(data_type, TimestampType):
-        return _utc
+        return utc_instant
     if isinstance(data_type, UserDefinedType):
         return _udt_converter(data_type, column)
     return None
 
 
-def _utc(value: datetime) -> datetime:
+def utc_instant(value: datetime) -> datetime:
+    """A PySpark timestamp as an aware UTC datetime (naive ones are the worker's local time)."""
     # PySpark's naive datetimes are in the worker's local time; fastavro would read them as local
     # time with mktime on Unix but as UTC on Windows, so they are made aware here.
     return value.astimezone(timezone.utc) if value.tzinfo is None else value

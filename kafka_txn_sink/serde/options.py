@@ -160,8 +160,9 @@ def parse_serde_options(options: Mapping[str, str], raw: Mapping[str, str]) -> S
         use_latest=truthy(options.get(USE_LATEST_VERSION.key, USE_LATEST_VERSION.default)),
         registry=registry_settings(raw),
     )
-    if not parsed.uses_registry:
-        unused = [o.name for o in SERDE_OPTIONS[2:-1] if o.key in options]
+    if not parsed.uses_registry:  # (a schema or subject of a raw column: refused by _field)
+        shared = (SUBJECT_NAME_STRATEGY, AUTO_REGISTER, USE_LATEST_VERSION)
+        unused = [o.name for o in shared if o.key in options]
         unused += [f"{REGISTRY_PREFIX}{k}" for k in parsed.registry]
         if unused:
             raise ConfigError(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from datetime import date, datetime, timezone
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -49,6 +49,7 @@ from pyspark.sql.types import (
 )
 
 from kafka_txn_sink.errors import InputError
+from kafka_txn_sink.files.spark_avro import utc_instant
 
 JsonConverter = Callable[[Any], Any]
 
@@ -100,7 +101,7 @@ def _scalar_converter(data_type: DataType, column: str) -> JsonConverter:
     if isinstance(data_type, DecimalType):
         return _decimal
     if isinstance(data_type, TimestampType):
-        return lambda value: _aware(value).isoformat()
+        return lambda value: utc_instant(value).isoformat()
     if isinstance(data_type, (DateType, TimestampNTZType)):
         return _iso
     if isinstance(data_type, (*_STRINGS, BooleanType, *_INTEGERS, FloatType, DoubleType)):
@@ -169,8 +170,3 @@ def _decimal(value: Decimal) -> int | float:
 
 def _iso(value: date | datetime) -> str:
     return value.isoformat()
-
-
-def _aware(value: datetime) -> datetime:
-    # PySpark hands timestamps as naive datetimes in the worker's local time zone.
-    return value.astimezone(timezone.utc) if value.tzinfo is None else value
