@@ -175,6 +175,19 @@ def describe(bootstrap: str, txn_ids: list[str]) -> dict[str, TxnState]:
         return txn_admin.describe(txn_ids)
 
 
+def wait_until_aborted(bootstrap: str, txn_ids: list[str], what: str) -> None:
+    """Wait until the coordinators have written the abort markers of every id (CompleteAbort),
+    not only bumped the epoch (PrepareAbort): a probe reading before the markers rightly finds
+    the fate open and fails the batch for a later retry, a path other tests cover."""
+    wait_until(
+        lambda: all(
+            s.state not in (ONGOING, "PrepareAbort") for s in describe(bootstrap, txn_ids).values()
+        ),
+        timeout_s=90,
+        what=what,
+    )
+
+
 def finish(process: subprocess.Popen[str], timeout_s: float = QUERY_TIMEOUT_S) -> Outcome:
     try:
         out, err = process.communicate(timeout=timeout_s)

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from kafka_txn_sink import failpoints
-from kafka_txn_sink.kafka.txn_admin import ONGOING
 from kafka_txn_sink.protocol.messages import Decision
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import (
@@ -29,12 +28,11 @@ from tests.e2e.harness import (
     committed_report,
     create_small_topic,
     create_topics,
-    describe,
     finish,
     kill_group,
     open_transactions,
     produce_ids,
-    wait_until,
+    wait_until_aborted,
 )
 from tests.e2e.test_files_mode import assert_files_exactly_once
 from tests.e2e.test_repair import TIMEOUTS
@@ -261,10 +259,8 @@ def test_killed_after_the_decision_past_the_timeout_the_rerun_repairs_it(
     kill_at(pipeline, "late", "driver.after_decision")
     decision = the_decision(pipeline)
     txn_ids = [p.transactional_id for p in decision.participants]
-    wait_until(
-        lambda: all(s.state != ONGOING for s in describe(pipeline.bootstrap, txn_ids).values()),
-        timeout_s=90,
-        what="the coordinators' timeout abort of the write's transactions",
+    wait_until_aborted(
+        pipeline.bootstrap, txn_ids, "the coordinators' timeout abort of the write's transactions"
     )
 
     outcome = run_write(pipeline, "late")

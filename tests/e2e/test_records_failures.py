@@ -37,7 +37,7 @@ from tests.e2e.harness import (
     kill_group,
     open_transactions,
     produce_ids,
-    wait_until,
+    wait_until_aborted,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -178,11 +178,7 @@ def test_decided_transactions_aborted_by_timeout_are_written_again_by_the_replay
     pipeline.wait_reached("driver.after_decision", process)
     decided = read_json(decision_file(pipeline, 1))["participants"]
     txn_ids = [p["transactional_id"] for p in decided]
-    wait_until(
-        lambda: all(s.state != ONGOING for s in describe(pipeline.bootstrap, txn_ids).values()),
-        timeout_s=60,
-        what="the coordinator's timeout abort of batch 1",
-    )
+    wait_until_aborted(pipeline.bootstrap, txn_ids, "the coordinator's timeout abort of batch 1")
     pipeline.release("driver.after_decision")
     outcome = finish(process)
 

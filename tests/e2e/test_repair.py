@@ -16,16 +16,14 @@ from typing import Any
 import pytest
 
 from kafka_txn_sink import cli
-from kafka_txn_sink.kafka.txn_admin import ONGOING
 from tests.e2e.harness import (
     Pipeline,
     assert_exactly_once,
     committed_report,
-    describe,
     kill_group,
     open_transactions,
     produce_ids,
-    wait_until,
+    wait_until_aborted,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -52,11 +50,7 @@ def kill_at_batch_1_and_wait_for_the_timeout(pipeline: Pipeline, failpoint: str)
     decision = pipeline.open_log().decision(1)
     assert decision is not None, "batch 1 was not decided before the kill"
     txn_ids = [p.transactional_id for p in decision.participants]
-    wait_until(
-        lambda: all(s.state != ONGOING for s in describe(pipeline.bootstrap, txn_ids).values()),
-        timeout_s=90,
-        what="the coordinators' timeout abort of batch 1",
-    )
+    wait_until_aborted(pipeline.bootstrap, txn_ids, "the coordinators' timeout abort of batch 1")
     return ids
 
 

@@ -18,18 +18,16 @@ import fastavro
 import pytest
 
 from kafka_txn_sink.files.references import parse_reference
-from kafka_txn_sink.kafka.txn_admin import ONGOING
 from kafka_txn_sink.protocol.messages import Decision
 from kafka_txn_sink.testing.topics import compare_ids, read_topic
 from tests.e2e.harness import (
     Pipeline,
     create_topics,
-    describe,
     finish,
     kill_group,
     open_transactions,
     produce_events,
-    wait_until,
+    wait_until_aborted,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -75,17 +73,7 @@ def hold_until_aborted(pipeline: Pipeline, also_block: str = "") -> subprocess.P
     decision = pipeline.open_log().decision(1)
     assert decision is not None and decision.participants
     txn_ids = [p.transactional_id for p in decision.participants]
-    # Until the abort markers are written (CompleteAbort), not only the epoch bumped
-    # (PrepareAbort): a probe reading before the markers rightly finds the fate open and fails
-    # the batch for a later retry, which is not the path this file tests.
-    wait_until(
-        lambda: all(
-            s.state not in (ONGOING, "PrepareAbort")
-            for s in describe(pipeline.bootstrap, txn_ids).values()
-        ),
-        timeout_s=90,
-        what="the coordinator's timeout abort of batch 1",
-    )
+    wait_until_aborted(pipeline.bootstrap, txn_ids, "the coordinator's timeout abort of batch 1")
     pipeline.release("driver.after_decision")
     return process
 
