@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from model.txn_model.config import REPAIR_FLAWS, TXN_IDS, Config, Variant
+from model.txn_model.config import OFFSETS, REPAIR_FLAWS, TXN_IDS, Config, Variant
 from model.txn_model.explore import Result, StateCapExceeded, explore
 
 
@@ -78,6 +78,13 @@ def parse(argv: list[str]) -> Config:
         help="with --repair: a rejected repair design, to show its counterexample",
     )
     parser.add_argument(
+        "--offsets",
+        choices=[o for o in OFFSETS if o],
+        default="",
+        help="with --repair: commit each batch's end offsets to a consumer group with a "
+        "progress participant, or by a rejected design (plain, first)",
+    )
+    parser.add_argument(
         "--txn-ids",
         choices=TXN_IDS,
         default="pool",
@@ -89,6 +96,8 @@ def parse(argv: list[str]) -> Config:
     keyed_register = args.variant == "keyed" and args.outcome_register
     if (args.repair or args.repair_flaw) and not keyed_register:
         parser.error("--repair needs --variant keyed --outcome-register")
+    if args.offsets and not (args.repair or args.repair_flaw):
+        parser.error("--offsets needs --repair")
     if args.slots < 2:
         parser.error("--slots must be at least 2 (a new run never takes the owner's slot)")
     return Config(
@@ -111,6 +120,7 @@ def parse(argv: list[str]) -> Config:
         txn_ids=args.txn_ids,
         repair=args.repair or bool(args.repair_flaw),
         repair_flaw=args.repair_flaw,
+        offsets=args.offsets,
         max_states=args.max_states,
     )
 
@@ -131,6 +141,8 @@ def report(result: Result) -> str:
         )
         if result.config.repair:
             lines.append(f"final states finished after a repair: {result.finished_after_repair}")
+        if result.config.offsets:
+            lines.append(f"of them, the offsets repaired alone: {result.offsets_only_repairs}")
     else:
         lines.append("shortest trace:")
         lines += [f"  {i:2d}. {step}" for i, step in enumerate(result.trace, 1)]

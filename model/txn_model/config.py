@@ -26,6 +26,10 @@ class Variant(str, Enum):
 
 
 TXN_IDS = ("pool", "attempt", "unique")
+OFFSETS = ("", "participant", "plain", "first")
+"""How a batch's input end offsets reach a consumer group (issue 27, offsets.py): not at all,
+the progress participant the product builds, or a rejected design (README.md, "Consumer-group
+progress")."""
 REPAIR_FLAWS = ("", "loss-recorded", "in-doubt")
 """Repair designs rejected (issue 26), each with its counterexample (README.md, "Repair rounds"):
 `loss-recorded`, Spark may record a batch once no loss is recorded (not: once every row is
@@ -87,6 +91,8 @@ class Config:
     participants; a batch left with a loss fails. Needs `outcome_register`."""
     repair_flaw: str = ""
     """With `repair`: one of `REPAIR_FLAWS`, a rejected design in place of the sound one."""
+    offsets: str = ""
+    """With `repair`: one of `OFFSETS` (offsets.py)."""
     progress: bool = False
     """Also require, in a final state, that some run finished the query unless a driver crashed
     or the coordinator timed out a transaction: overlapping drivers alone must not stop it."""
@@ -120,6 +126,8 @@ class Config:
             parts.append(f"txn_ids={self.txn_ids}")
         if self.repair:
             parts.append(f"repair={self.repair_flaw}" if self.repair_flaw else "repair")
+        if self.offsets:
+            parts.append(f"offsets={self.offsets}")
         if self.progress:
             parts.append("progress")
         return " ".join(parts)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from model.txn_model.commit_log import Kind
 from model.txn_model.config import Config, Variant
 from model.txn_model.keyed import KEYED_PHASES
+from model.txn_model.offsets import PROGRESS
 from model.txn_model.oracle import final_violation, left_open, violation
 from model.txn_model.protocol import PHASES, successors
 from model.txn_model.state import Status, World, initial_world
@@ -32,6 +33,7 @@ class Result:
     final_with_open_txns: int = 0
     stops: dict[str, int] = field(default_factory=dict)  # final states by how runs ended
     finished_after_repair: int = 0  # final states in which a run finished and a repair exists
+    offsets_only_repairs: int = 0  # of those, with a repair of the batch's offsets alone
 
     @property
     def ok(self) -> bool:
@@ -84,8 +86,11 @@ def _final(world: World, config: Config, result: Result) -> str | None:
     for driver in world.drivers:
         result.stops[driver.status.value] = result.stops.get(driver.status.value, 0) + 1
     finished = any(d.status is Status.FINISHED for d in world.drivers)
-    if finished and any(e.kind is Kind.REPAIR for e in world.log):
+    repairs = [e for e in world.log if e.kind is Kind.REPAIR]
+    if finished and repairs:
         result.finished_after_repair += 1
+    if finished and any({p.partition for p in e.participants} == {PROGRESS} for e in repairs):
+        result.offsets_only_repairs += 1
     return final_violation(world, config)
 
 

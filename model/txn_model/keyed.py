@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from model.txn_model import commit_log as cl
-from model.txn_model import repair
+from model.txn_model import offsets, repair
 from model.txn_model.commit_log import Entry, Kind, Participant
 from model.txn_model.config import Config, Variant
 from model.txn_model.coordinator import TxnState, describe
@@ -131,20 +131,42 @@ def _decided_check(world: World, config: Config, driver: Driver) -> Iterator[Ste
         return
     decision = cl.decisions(world.log, KEYED).get(driver.batch)
     if decision is None:
-        yield (
-            say(driver, "commit(): messages complete"),
-            at_phase(world, driver, Phase.PREPARE_CHECK),
-        )
+        following = _opening(config, driver, Phase.PREPARE_CHECK)
+        yield say(driver, "commit(): messages complete"), at_phase(world, driver, following)
     elif decision.run > driver.number:
         what = f"batch decided by run {decision.run}"
         yield _superseded(world, config, driver, decision.run, what)
     elif config.repair and repair.wants_repair(driver):
         text = f"batch decided by run {decision.run}; its repair's tasks prepared"
-        yield say(driver, text), at_phase(world, driver, Phase.REPAIR_CHECK)
+        following = _opening(config, driver, Phase.REPAIR_CHECK)
+        yield say(driver, text), at_phase(world, driver, following)
     else:
         world = abort_undecided(world, config, driver)
         text = f"batch decided by run {decision.run}: aborts its own strays, rolls forward"
         yield say(driver, text), at_phase(world, driver, Phase.PHASE2)
+
+
+def _opening(config: Config, driver: Driver, check: Phase) -> Phase:
+    """The phase before `check`: open the progress transaction first when it takes part."""
+    takes_part = config.offsets in ("participant", "first")
+    repairing = check is Phase.REPAIR_CHECK
+    return Phase.OFFSETS_OPEN if takes_part and offsets.needs_progress(driver, repairing) else check
+
+
+def _offsets_open(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    opened = offsets.open_progress(world, driver, _run(driver)[1])
+    if opened is None:
+        return  # InitProducerId answers CONCURRENT_TRANSACTIONS until the markers are out
+    text, world, driver = opened
+    if any(m.partition == offsets.PROGRESS for m in driver.messages):
+        check = Phase.REPAIR_CHECK if driver.repair[1] else Phase.PREPARE_CHECK
+        driver = driver._replace(phase=check)
+    yield say(driver, text), with_driver(world, driver)
+
+
+def _offsets_plain(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    text, world = offsets.plain_commit(world, config, driver.batch)
+    yield say(driver, text), at_phase(world, driver, Phase.SWEEP_DESCRIBE)
 
 
 def _prepare_check(world: World, config: Config, driver: Driver) -> Iterator[Step]:
@@ -206,7 +228,8 @@ def _repair_put(world: World, config: Config, driver: Driver) -> Iterator[Step]:
 
 
 def _phase2(world: World, config: Config, driver: Driver) -> Iterator[Step]:
-    return roll_forward(world, config, driver, Phase.SWEEP_DESCRIBE)
+    then = Phase.OFFSETS_PLAIN if config.offsets == "plain" else Phase.SWEEP_DESCRIBE
+    return roll_forward(world, config, driver, then)
 
 
 def _sweep_read(world: World, config: Config, driver: Driver) -> Iterator[Step]:
@@ -303,6 +326,8 @@ KEYED_PHASES: dict[Phase, PhaseSteps] = {
     Phase.ABORT_DONE: _abort_done,
     Phase.REPAIR_CHECK: _repair_check,
     Phase.REPAIR_PUT: _repair_put,
+    Phase.OFFSETS_OPEN: _offsets_open,
+    Phase.OFFSETS_PLAIN: _offsets_plain,
 }
 """The driver's steps in `keyed`: the shared ones (tasks launched and collected, the clean-up's
 describe and aborts, Spark recording the batch) and the product's own."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 
 from model.txn_model import commit_log as cl
+from model.txn_model import offsets
 from model.txn_model.config import Config
 from model.txn_model.coordinator import TxnState, describe
 from model.txn_model.state import Status, World
@@ -43,6 +44,8 @@ def violation(world: World, config: Config) -> str | None:
         for participant in decision.participants:
             if (batch, participant.partition) in counts or participant.triple in world.timed_out:
                 continue
+            if participant.partition == offsets.PROGRESS:
+                continue  # aborted with a lost row on purpose; the group's rules judge it
             txn = describe(world.coordinator, participant.triple.txn_id)
             if txn is not None and txn.holds(participant.triple) and txn.state in COMMITTABLE:
                 continue
@@ -50,7 +53,7 @@ def violation(world: World, config: Config) -> str | None:
                 f"decided batch lost: batch {batch} partition {participant.partition} "
                 f"{participant.triple} was aborted (not by the coordinator's timeout)"
             )
-    return None
+    return offsets.violation(world, config) if config.offsets else None
 
 
 def final_violation(world: World, config: Config) -> str | None:
@@ -74,7 +77,7 @@ def final_violation(world: World, config: Config) -> str | None:
                 return f"query finished but rows of batch {batch} partition {partition} are missing"
     if not config.concurrent and config.zombies == 0 and left_open(world):
         return "query finished (runs one after another) but a transaction is left open"
-    return None
+    return offsets.final_violation(world, config) if config.offsets else None
 
 
 def _no_progress(world: World, config: Config) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from model.txn_model import commit_log as cl
-from model.txn_model import repair
+from model.txn_model import offsets, repair
 from model.txn_model.commit_log import Entry, Kind, Participant
 from model.txn_model.config import Config, Variant
 from model.txn_model.coordinator import (
@@ -159,10 +159,8 @@ def _environment_steps(world: World, config: Config) -> Iterator[Step]:
         triple = Triple(txn_id, txn.producer_id, txn.epoch)
         visible = tuple(sorted((*world.visible, *((row, triple) for row in rows))))
         what = "commit" if rows else "abort"
-        yield (
-            f"coordinator writes {what} markers of {triple}",
-            world._replace(coordinator=coordinator, visible=visible),
-        )
+        marked = offsets.applied(world._replace(coordinator=coordinator, visible=visible), rows)
+        yield f"coordinator writes {what} markers of {triple}", marked
     if world.used.timeouts < config.timeouts:
         for txn_id in ongoing_ids(world.coordinator):
             coordinator, aborted = time_out(world.coordinator, txn_id)
@@ -267,13 +265,16 @@ def roll_forward(world: World, config: Config, driver: Driver, then: Phase) -> I
         yield say(driver, f"{driver.phase.value}: nothing to do"), at_phase(world, driver, then)
         return
     decision = pending[0]
-    for participant in decision.participants:
-        txn = describe(world.coordinator, participant.triple.txn_id)
-        if txn is not None and txn.holds(participant.triple) and txn.state is TxnState.ONGOING:
-            coordinator, outcome = end_txn(world.coordinator, participant.triple, commit=True)
-            text = f"EndTxn(commit) {participant.triple} of batch {decision.batch}: {outcome.value}"
-            yield say(driver, text), world._replace(coordinator=coordinator)
-            return
+    ending = offsets.next_end(world, config, decision)
+    if isinstance(ending, str):  # offsets.WAIT
+        return  # the progress participant waits for a data participant's markers
+    if ending is not None:
+        triple, commit = ending
+        coordinator, outcome = end_txn(world.coordinator, triple, commit=commit)
+        how = "commit" if commit else "abort"
+        text = f"EndTxn({how}) {triple} of batch {decision.batch}: {outcome.value}"
+        yield say(driver, text), world._replace(coordinator=coordinator)
+        return
     done = Entry(Kind.COMPLETION, driver.run, batch=decision.batch)
     if not config.repair:
         text = f"batch {decision.batch} settled: appends {done}"

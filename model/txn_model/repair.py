@@ -36,9 +36,10 @@ def repairing(driver: Driver) -> tuple[Message, ...]:
 
 
 def wants_repair(driver: Driver) -> bool:
-    """Every task of the planned repair prepared its transaction."""
-    mine = repairing(driver)
-    return bool(mine) and all(m.status == "prepared" for m in mine)
+    """Every task of the planned repair prepared its transaction (the progress transaction of
+    `Config.offsets`, partition -1, is the driver's own and opens after this)."""
+    mine = [m for m in repairing(driver) if m.partition >= 0]
+    return bool(driver.repair[1]) and all(m.status == "prepared" for m in mine)
 
 
 def settle(world: World, config: Config, entry: Entry) -> Entry | None:

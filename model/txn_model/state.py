@@ -40,6 +40,9 @@ class Phase(str, Enum):
     # keyed with repair rounds (issue 26)
     REPAIR_CHECK = "commit(): prepare check of the repair's transactions"
     REPAIR_PUT = "commit(): put the repair record"
+    # keyed with consumer-group offsets (issue 27)
+    OFFSETS_OPEN = "commit(): open the progress transaction"
+    OFFSETS_PLAIN = "commit(): plain OffsetCommit (a rejected design)"
 
 
 class Status(str, Enum):
@@ -157,6 +160,7 @@ class World(NamedTuple):
     used: Used
     timed_out: frozenset[Triple]  # transactions the coordinator's timeout aborted
     in_flight: tuple[Entry, ...] = ()  # log writes sent whose writer gave up on them
+    group: tuple[int, int] = (-1, -1)  # offsets: the batch the group holds, the highest it held
 
 
 def first_phase(variant: Variant) -> Phase:

@@ -453,3 +453,44 @@ def test_a_participant_being_committed_taken_for_lost_is_repaired_twice() -> Non
     assert result.violation == "duplicate: rows of batch 0 partition 0 visible 2 times"
     assert len(result.trace) == 32
     assert "completion(batch 0, lost p0)" in result.trace[15]
+
+
+OFFSETS = replace(REPAIR, offsets="participant")
+OFFSETS_CONFIGS = [
+    pytest.param({}, id="timeout"),
+    pytest.param({"drivers": 3, "concurrent": False, "timeouts": 2, "crashes": 1}, id="restarts"),
+    pytest.param({"crashes": 1}, id="crash", marks=pytest.mark.full),  # 26 s
+    pytest.param({"late_writes": 1}, id="write-in-doubt", marks=pytest.mark.full),
+]
+
+
+@pytest.mark.parametrize("faults", OFFSETS_CONFIGS)
+def test_the_group_holds_the_last_batchs_offsets_never_ahead_never_back(
+    faults: dict[str, Any],
+) -> None:
+    """The progress participant: the group never holds offsets of rows not all visible, never
+    moves back, and holds the last batch's once a run finished; a timed-out progress
+    transaction alone is repaired too."""
+    result = explore(replace(OFFSETS, **faults))
+
+    assert result.ok, "\n".join([str(result.violation), *result.trace])
+    assert result.offsets_only_repairs > 0
+
+
+def test_a_plain_offset_commit_after_the_completion_moves_the_group_back() -> None:
+    """Rejected: a plain OffsetCommit after the roll-forward. A second driver replaying batch 0
+    commits batch 0's offsets after the first driver committed batch 1's."""
+    result = explore(replace(OFFSETS, offsets="plain", timeouts=0, batches=2))
+
+    assert result.violation == "group offsets moved back: batch 1's, then batch 0's"
+    assert len(result.trace) == 50
+    assert result.trace[-1] == "driver 1 b0: plain OffsetCommit of batch 0's end offsets"
+
+
+def test_offsets_committed_before_the_rows_run_ahead_of_the_output() -> None:
+    """Rejected: the progress participant ended first, like any participant."""
+    result = explore(replace(OFFSETS, offsets="first", drivers=1, timeouts=0))
+
+    assert result.violation is not None
+    assert result.violation.startswith("group offsets ahead of the output")
+    assert len(result.trace) == 16

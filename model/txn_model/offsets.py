@@ -1,0 +1,153 @@
+"""Consumer-group progress committed with the output (issue 27, `Config.offsets`).
+
+A batch's input end offsets are committed to a consumer group. In the model the group holds one
+number, the batch whose end offsets it holds (-1: none), and the highest it ever held.
+
+`participant` (the design the product builds): before the prepare check, commit() opens the
+run's *progress transaction* on its slot's own id (`s-{slot}-g`: InitProducerId, then
+AddOffsetsToTxn and TxnOffsetCommit of the batch's end offsets, one step here) and adds it to
+the decision as partition -1. The roll-forward ends it last: EndTxn(commit) only once every row
+of the batch is visible, EndTxn(abort) by its exact triple once a row of the batch is lost (the
+coordinator's timeout aborted a data participant), so that the completion records it lost with
+the data and the replay's repair commits the offsets again with the repaired rows. The group
+takes the offsets when the coordinator writes the commit markers.
+
+Rejected designs (`OFFSET_FLAWS`), each with its counterexample in README.md:
+- `plain`: no progress transaction; after the roll-forward, a plain OffsetCommit of the batch's
+  end offsets when no row of it waits for a repair;
+- `first`: the progress participant ended like any other, in the decision's order (first),
+  committed whatever happened to the data.
+"""
+
+from __future__ import annotations
+
+from model.txn_model.commit_log import Entry
+from model.txn_model.config import Config
+from model.txn_model.coordinator import (
+    Outcome,
+    Row,
+    Triple,
+    TxnState,
+    describe,
+    init_producer,
+    produce,
+)
+from model.txn_model.state import Driver, Message, World
+
+PROGRESS = -1
+"""The partition number of the progress participant in messages, decisions and completions."""
+
+COMMITTING = (TxnState.ONGOING, TxnState.PREPARE_COMMIT)
+
+WAIT = "wait"
+"""`next_end`'s answer when the progress participant must wait for markers."""
+
+
+def progress_id(slot: int) -> str:
+    """The transactional id of a run's progress transaction: one per slot, like the tasks'."""
+    return f"s-{slot}-g"
+
+
+def open_progress(world: World, driver: Driver, slot: int) -> tuple[str, World, Driver] | None:
+    """The driver opens its progress transaction and adds the batch's end offsets; None while
+    InitProducerId answers CONCURRENT_TRANSACTIONS with nothing changed (it retries)."""
+    txn_id = progress_id(slot)
+    coordinator, outcome, triple = init_producer(world.coordinator, txn_id)
+    if outcome is Outcome.CONCURRENT:
+        if coordinator == world.coordinator:
+            return None
+        return (
+            f"init_transactions({txn_id}) fences its open transaction",
+            world._replace(coordinator=coordinator),
+            driver,
+        )
+    assert triple is not None
+    coordinator, _ = produce(coordinator, triple, ((driver.batch, PROGRESS),))
+    messages = (*driver.messages, Message(PROGRESS, "prepared", triple))
+    text = f"opens its progress transaction {triple} with the end offsets of batch {driver.batch}"
+    return text, world._replace(coordinator=coordinator), driver._replace(messages=messages)
+
+
+def needs_progress(driver: Driver, repairing: bool) -> bool:
+    """Whether commit() opens a progress transaction before its check: for a decision, always;
+    for a repair, when the batch's offsets are among what it repairs."""
+    if any(m.partition == PROGRESS for m in driver.messages):
+        return False
+    return not repairing or PROGRESS in driver.repair[1]
+
+
+def _held_open(world: World, triple: Triple, states: tuple[TxnState, ...]) -> bool:
+    txn = describe(world.coordinator, triple.txn_id)
+    return txn is not None and txn.holds(triple) and txn.state in states
+
+
+def batch_visible(world: World, config: Config, batch: int) -> bool:
+    """Every row of `batch` is visible (the fate probe's answer for each of them)."""
+    visible = {row for row, _ in world.visible}
+    return all((batch, p) in visible for p in range(config.partitions))
+
+
+def next_end(world: World, config: Config, entry: Entry) -> tuple[Triple, bool] | str | None:
+    """The next EndTxn the roll-forward of `entry` sends, as (triple, commit); WAIT while the
+    progress participant must wait for a data participant's markers; None when none is left."""
+    data = [p for p in entry.participants if p.partition != PROGRESS]
+    progress = [p for p in entry.participants if p.partition == PROGRESS]
+    ordered = [*progress, *data] if config.offsets == "first" else [*data, *progress]
+    for participant in ordered:
+        if participant.partition != PROGRESS or config.offsets == "first":
+            if _held_open(world, participant.triple, (TxnState.ONGOING,)):
+                return participant.triple, True
+            continue
+        if not _held_open(world, participant.triple, (TxnState.ONGOING,)):
+            continue
+        if batch_visible(world, config, entry.batch):
+            return participant.triple, True
+        if any(_held_open(world, p.triple, COMMITTING) for p in data):
+            return WAIT
+        return participant.triple, False  # a row of the batch is lost: the offsets go with it
+    return None
+
+
+def applied(world: World, rows: tuple[Row, ...]) -> World:
+    """The coordinator wrote commit markers for `rows`: the group takes any offsets among them."""
+    batches = [batch for batch, partition in rows if partition == PROGRESS]
+    return take(world, batches[0]) if batches else world
+
+
+def take(world: World, batch: int) -> World:
+    """The group holds the end offsets of `batch` now (the last commit wins, as in Kafka)."""
+    return world._replace(group=(batch, max(batch, world.group[1])))
+
+
+def violation(world: World, config: Config) -> str | None:
+    """The group's rules, in every state: it never moves back, and never holds the offsets of a
+    batch some row of which (or of an earlier batch) is not visible."""
+    current, highest = world.group
+    if current < highest:
+        return f"group offsets moved back: batch {highest}'s, then batch {current}'s"
+    visible = {row for row, _ in world.visible}
+    for batch in range(current + 1):
+        for partition in range(config.partitions):
+            if (batch, partition) not in visible:
+                return (
+                    f"group offsets ahead of the output: the group holds batch {current}'s end "
+                    f"offsets, but rows of batch {batch} partition {partition} are not visible"
+                )
+    return None
+
+
+def final_violation(world: World, config: Config) -> str | None:
+    """Once some run finished the query: the group holds the last batch's end offsets."""
+    if world.group[0] != config.batches - 1:
+        return (
+            f"query finished but the group holds batch {world.group[0]}'s end offsets, "
+            f"not batch {config.batches - 1}'s"
+        )
+    return None
+
+
+def plain_commit(world: World, config: Config, batch: int) -> tuple[str, World]:
+    """Flaw `plain`: an OffsetCommit outside any transaction, when no row waits for a repair."""
+    if not batch_visible(world, config, batch):
+        return "no plain OffsetCommit: a row of the batch is not visible", world
+    return f"plain OffsetCommit of batch {batch}'s end offsets", take(world, batch)
