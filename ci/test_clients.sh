@@ -49,7 +49,7 @@ run() {
   shift
   echo "== $name tier"
   PYTHONPATH=$PWD timeout 3600 "$venv/bin/python" -m pytest -q -rfE -p no:cacheprovider --durations=10 \
-    -n "${KTS_PYTEST_WORKERS:-2}" "$@" \
+    -n "${KTS_PYTEST_WORKERS:-3}" "$@" \
     > "$venv/$name.log" 2>&1 || status=1
   grep -E '^(FAILED|ERROR) |^[0-9]+ (passed|failed)' "$venv/$name.log" || tail -20 "$venv/$name.log"
   echo "   $name: $((SECONDS - tier_started)) s"

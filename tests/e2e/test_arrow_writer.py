@@ -148,6 +148,7 @@ def committed_records(
         pytest.param(False, id="spark_schema"),
     ],
 )
+@pytest.mark.full
 def test_files_mode_killed_mid_batch_then_restarted(
     arrow_pipeline: Pipeline, payload: bool
 ) -> None:

@@ -191,6 +191,7 @@ def test_a_task_failing_once_is_retried_and_written_once(pipeline: Pipeline) -> 
     assert any(p.attempt == 1 for p in the_decision(pipeline).participants)
 
 
+@pytest.mark.full
 def test_a_rerun_after_a_success_writes_nothing_and_says_so(pipeline: Pipeline) -> None:
     first = run_write(pipeline, "monday")
     assert first.returncode == 0, first.error
@@ -317,6 +318,7 @@ def test_a_streaming_query_on_a_sink_of_batch_writes_is_refused(pipeline: Pipeli
     assert_exactly_once(pipeline, IDS)
 
 
+@pytest.mark.full
 def test_a_batch_write_on_a_streaming_query_s_sink_is_refused(pipeline: Pipeline) -> None:
     streamed = produce_ids(pipeline.bootstrap, pipeline.input, 20)
     assert pipeline.run().returncode == 0

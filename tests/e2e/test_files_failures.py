@@ -84,6 +84,7 @@ def assert_state_after_kill(pipeline: Pipeline, point: str, batch: int) -> None:
     assert not (pipeline.checkpoint / "commits" / str(batch)).exists()
 
 
+@pytest.mark.full
 def test_killed_at_each_driver_failpoint_then_restarted(files_pipeline: Pipeline) -> None:
     files_pipeline.max_offsets = 90  # about 5 batches of 500 rows
     ids = produce_events(files_pipeline.bootstrap, files_pipeline.input, 500, users=3)

@@ -23,7 +23,7 @@ from kafka_txn_sink.files.references import parse_reference
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.testing import stop_spark
 from kafka_txn_sink.testing.topics import compare_ids, read_topic
-from tests.e2e.conftest import on_both_spark_lines, on_the_newest_line_in_full
+from tests.e2e.conftest import on_the_newest_line_in_full
 from tests.e2e.harness import (
     Pipeline,
     create_topics,
@@ -262,7 +262,7 @@ def assert_same_rows(actual: DataFrame, expected: DataFrame) -> None:
     assert_df_equality(actual, expected, ignore_nullable=True, transforms=by_id)
 
 
-@on_both_spark_lines
+@on_the_newest_line_in_full
 def test_files_read_back_with_fastavro_and_spark_equal_the_input(
     files_pipeline: Pipeline, spark: SparkSession
 ) -> None:

@@ -82,7 +82,12 @@ def test_files_on_s3_referenced_exactly_once(s3_pipeline: Pipeline, s3_client: A
     [
         ({"partitionBy": "nosuchcolumn"}, ["partitionBy", "nosuchcolumn"]),
         ({"timePartitionColumn": "payload"}, ["timePartitionColumn", "payload"]),
-        ({"path": "s3://bucket-that-does-not-exist/x"}, ["bucket-that-does-not-exist"]),
+        pytest.param(
+            {"path": "s3://bucket-that-does-not-exist/x"},
+            ["bucket-that-does-not-exist"],
+            id="bucket-does-not-exist",
+            marks=pytest.mark.full,  # 60 s
+        ),
     ],
     ids=["missing-partition-column", "time-column-not-a-timestamp", "bucket-does-not-exist"],
 )
@@ -113,6 +118,7 @@ def bucket_objects(client: Any, root: str) -> list[str]:
     return sorted(f"s3://{bucket}/{key}" for key in keys)
 
 
+@pytest.mark.full
 def test_s3_paused_mid_batch_fails_it_clearly_and_a_restart_writes_exactly_once(
     s3_pipeline: Pipeline, s3_server: S3, s3_client: Any
 ) -> None:

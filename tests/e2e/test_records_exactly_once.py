@@ -10,7 +10,7 @@ from kafka.partitioner.default import murmur2
 
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.testing.topics import read_topic
-from tests.e2e.conftest import SPARK_LINES, on_both_spark_lines
+from tests.e2e.conftest import NEWEST, SPARK_LINES, on_the_newest_line_in_full
 from tests.e2e.harness import (
     Pipeline,
     assert_exactly_once,
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 N = 1200  # three micro-batches of 400 over three Spark partitions
 
 
-@on_both_spark_lines
+@on_the_newest_line_in_full
 def test_several_batches_over_several_partitions(pipeline: Pipeline) -> None:
     """Also: keys land where Spark's own sink puts them (the Java client's murmur2)."""
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
@@ -55,7 +55,7 @@ def test_several_batches_over_several_partitions(pipeline: Pipeline) -> None:
         assert record.partition == (murmur2(record.key) & 0x7FFFFFFF) % 3, record.key
 
 
-@on_both_spark_lines
+@on_the_newest_line_in_full
 def test_task_failing_after_part_of_its_rows_is_retried_once(pipeline: Pipeline) -> None:
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
 
@@ -76,14 +76,19 @@ KILL_POINTS = [
 ]
 
 
+CI_KILLS = {("driver.after_decision", NEWEST), ("driver.after_first_endtxn", "4.0")}
+"""The kill points CI runs, one on each line; the short crash suite (tests/chaos) kills at
+random points in CI too."""
+
+
 def kill_matrix() -> list[object]:
-    """Every kill point on both Spark lines; CI runs each point on one line, alternating (the
-    full tier, ci/test_full.sh, runs all of them)."""
+    """Every kill point on both Spark lines; CI runs `CI_KILLS` (the full tier, ci/test_full.sh,
+    runs all of them)."""
     return [
         pytest.param(line, point, id=f"{point}-{line}",
-                     marks=() if i % len(SPARK_LINES) == j else (pytest.mark.full,))
-        for i, point in enumerate(KILL_POINTS)
-        for j, line in enumerate(SPARK_LINES)
+                     marks=() if (point, line) in CI_KILLS else (pytest.mark.full,))
+        for point in KILL_POINTS
+        for line in SPARK_LINES
     ]
 
 

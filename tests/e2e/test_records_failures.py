@@ -39,6 +39,7 @@ from tests.e2e.harness import (
     produce_ids,
     wait_until_aborted,
 )
+from tests.e2e.test_repair import TIMEOUTS
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -161,18 +162,11 @@ def test_transaction_too_old_at_the_prepare_check_publishes_nothing(pipeline: Pi
 def test_decided_transactions_aborted_by_timeout_are_written_again_by_the_replay(
     pipeline: Pipeline,
 ) -> None:
-    # A 25 s timeout leaves the first batch of a query (slow: its Python workers start between
-    # its first record and the prepare check) time to pass the 13.3 s margin on a busy machine;
-    # the driver then stalls after deciding batch 1 until the coordinator has aborted every
-    # participant of it.
-    pipeline.options.update(
-        {
-            "transactionTimeoutMs": "25000",
-            "commitTimeoutMs": "1000",
-            "commitLogTimeoutMs": "1000",
-            "clockSkewMs": "0",
-        }
-    )
+    # The settings of test_repair (a first batch, slow: its Python workers start between its
+    # first record and the prepare check, passes the margin on a busy machine, and the fate
+    # probe has time to read back); the driver then stalls after deciding batch 1 until the
+    # coordinator has aborted every participant of it.
+    pipeline.options.update(TIMEOUTS)
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
     process = pipeline.start("driver.after_decision=block@1")
     pipeline.wait_reached("driver.after_decision", process)
@@ -224,6 +218,7 @@ def written_at(pipeline: Pipeline, lost: list[dict[str, Any]]) -> set[str]:
 # -- restart with fewer Spark partitions ------------------------------------------------------
 
 
+@pytest.mark.full
 def test_restart_with_fewer_partitions_aborts_the_ids_left_behind_only(
     pipeline: Pipeline,
 ) -> None:
@@ -304,6 +299,7 @@ def s3_keys(client: Any, bucket: str, prefix: str) -> list[str]:
     return sorted(item["Key"][len(prefix) + 1 :] for item in listed.get("Contents", []))
 
 
+@pytest.mark.full
 def test_commit_log_on_s3_survives_a_driver_kill_after_the_decision(
     pipeline: Pipeline, s3_endpoint: str
 ) -> None:

@@ -77,10 +77,10 @@ VALUE_AVRO_SCHEMA = {
 }
 USERS_SCHEMAS = {"avro": VALUE_AVRO_SCHEMA, "json-schema": VALUE_JSON_SCHEMA}
 # (Spark line, format, the subject registered before the query with auto-registration off);
-# the CI tier runs three, the full tier every one.
+# the CI tier runs two, the full tier every one.
 CASES = [
     ("4.0", "avro", False, ()),
-    (NEWEST, "avro", False, ()),
+    (NEWEST, "avro", False, (pytest.mark.full,)),
     ("4.0", "json-schema", True, ()),
     ("4.0", "avro", True, (pytest.mark.full,)),
     (NEWEST, "avro", True, (pytest.mark.full,)),

@@ -90,6 +90,7 @@ def test_aborted_references_are_republished_and_the_query_goes_on(
     assert_republished_exactly_once(republishing, ids)
 
 
+@pytest.mark.full
 def test_a_driver_killed_while_republishing_duplicates_nothing(republishing: Pipeline) -> None:
     ids = produce_events(republishing.bootstrap, republishing.input, EVENTS)
 

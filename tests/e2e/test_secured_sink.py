@@ -73,7 +73,7 @@ def assert_exactly_once(broker: SecuredKafkaBroker, pipeline: Pipeline, ids: lis
     assert open_ids == []
 
 
-@pytest.mark.parametrize("kind", ["scram", "mtls"])
+@pytest.mark.parametrize("kind", ["scram", pytest.param("mtls", marks=pytest.mark.full)])
 def test_a_least_privileged_user_survives_a_driver_kill_and_logs_no_secret(
     broker: SecuredKafkaBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:

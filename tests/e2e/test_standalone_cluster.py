@@ -57,6 +57,7 @@ def held_tasks(pipeline: Pipeline) -> list[int]:
             if entry["batch"] == 1]
 
 
+@pytest.mark.full
 def test_several_batches_on_two_workers(on_cluster: Pipeline, cluster: SparkCluster) -> None:
     ids = produce_ids(on_cluster.bootstrap, on_cluster.input, N)
     before = [cluster.applications_on(w) for w in range(2)]
@@ -93,6 +94,7 @@ def test_executor_jvm_killed_while_its_task_is_held(
     assert holder not in cluster.executors()
 
 
+@pytest.mark.full
 def test_driver_killed_after_its_decision_then_restarted(
     on_cluster: Pipeline, cluster: SparkCluster
 ) -> None:

@@ -82,6 +82,7 @@ def hold_both(pipeline: Pipeline) -> tuple[subprocess.Popen[str], Pipeline, subp
     return old, new_pipeline, new
 
 
+@pytest.mark.full
 def test_old_run_released_first_then_new(pipeline: Pipeline) -> None:
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
     old, new_pipeline, new = hold_both(pipeline)
@@ -98,6 +99,7 @@ def test_old_run_released_first_then_new(pipeline: Pipeline) -> None:
     finish_the_query(pipeline, ids)
 
 
+@pytest.mark.full
 def test_new_run_released_first_then_old(pipeline: Pipeline) -> None:
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
     old, new_pipeline, new = hold_both(pipeline)
