@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CI tier, what lands with every change: set-up, lint, types, the tests (three pytest workers:
-# the tests wait on brokers and timeouts far more than they compute; two cores ran 20% busy with two)
-# but those marked `full`, the unit and Kafka tiers with the oldest Kafka clients the ranges
+# the e2e tests wait on brokers, timeouts and JVM starts for much of their time) but those
+# marked `full`, the unit and Kafka tiers with the oldest Kafka clients the ranges
 # allow (the main venv has the newest), and the installed wheel. Tier timings are printed last.
 # With arguments, only pytest runs, with them (and every test they name, `full` or not):
 #   ci/test.sh tests/e2e/test_two_drivers.py -k frozen
