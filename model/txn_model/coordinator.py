@@ -88,6 +88,12 @@ def describe(coordinator: Coordinator, txn_id: str) -> Txn | None:
     return None
 
 
+def held_in(coordinator: Coordinator, triple: Triple, states: tuple[TxnState, ...]) -> bool:
+    """Whether `triple` is its id's current producer and the id is in one of `states`."""
+    txn = describe(coordinator, triple.txn_id)
+    return txn is not None and txn.holds(triple) and txn.state in states
+
+
 def _put(coordinator: Coordinator, txn_id: str, txn: Txn) -> Coordinator:
     rest = tuple(item for item in coordinator if item[0] != txn_id)
     return tuple(sorted((*rest, (txn_id, txn))))

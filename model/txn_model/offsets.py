@@ -12,9 +12,10 @@ coordinator's timeout aborted a data participant), so that the completion record
 the data and the replay's repair commits the offsets again with the repaired rows. The group
 takes the offsets when the coordinator writes the commit markers.
 
-Rejected designs (`OFFSET_FLAWS`), each with its counterexample in README.md:
+Rejected designs (the other values of `config.OFFSETS`), each with its counterexample in
+README.md:
 - `plain`: no progress transaction; after the roll-forward, a plain OffsetCommit of the batch's
-  end offsets when no row of it waits for a repair;
+  end offsets when every row of it is visible;
 - `first`: the progress participant ended like any other, in the decision's order (first),
   committed whatever happened to the data.
 """
@@ -28,16 +29,15 @@ from model.txn_model.coordinator import (
     Row,
     Triple,
     TxnState,
-    describe,
+    held_in,
     init_producer,
     produce,
 )
+from model.txn_model.repair import COMMITTING
 from model.txn_model.state import Driver, Message, World
 
 PROGRESS = -1
 """The partition number of the progress participant in messages, decisions and completions."""
-
-COMMITTING = (TxnState.ONGOING, TxnState.PREPARE_COMMIT)
 
 WAIT = "wait"
 """`next_end`'s answer when the progress participant must wait for markers."""
@@ -76,11 +76,6 @@ def needs_progress(driver: Driver, repairing: bool) -> bool:
     return not repairing or PROGRESS in driver.repair[1]
 
 
-def _held_open(world: World, triple: Triple, states: tuple[TxnState, ...]) -> bool:
-    txn = describe(world.coordinator, triple.txn_id)
-    return txn is not None and txn.holds(triple) and txn.state in states
-
-
 def batch_visible(world: World, config: Config, batch: int) -> bool:
     """Every row of `batch` is visible (the fate probe's answer for each of them)."""
     visible = {row for row, _ in world.visible}
@@ -94,15 +89,13 @@ def next_end(world: World, config: Config, entry: Entry) -> tuple[Triple, bool] 
     progress = [p for p in entry.participants if p.partition == PROGRESS]
     ordered = [*progress, *data] if config.offsets == "first" else [*data, *progress]
     for participant in ordered:
+        if not held_in(world.coordinator, participant.triple, (TxnState.ONGOING,)):
+            continue
         if participant.partition != PROGRESS or config.offsets == "first":
-            if _held_open(world, participant.triple, (TxnState.ONGOING,)):
-                return participant.triple, True
-            continue
-        if not _held_open(world, participant.triple, (TxnState.ONGOING,)):
-            continue
+            return participant.triple, True
         if batch_visible(world, config, entry.batch):
             return participant.triple, True
-        if any(_held_open(world, p.triple, COMMITTING) for p in data):
+        if any(held_in(world.coordinator, p.triple, COMMITTING) for p in data):
             return WAIT
         return participant.triple, False  # a row of the batch is lost: the offsets go with it
     return None
@@ -147,7 +140,7 @@ def final_violation(world: World, config: Config) -> str | None:
 
 
 def plain_commit(world: World, config: Config, batch: int) -> tuple[str, World]:
-    """Flaw `plain`: an OffsetCommit outside any transaction, when no row waits for a repair."""
+    """Flaw `plain`: an OffsetCommit outside any transaction, when every row is visible."""
     if not batch_visible(world, config, batch):
         return "no plain OffsetCommit: a row of the batch is not visible", world
     return f"plain OffsetCommit of batch {batch}'s end offsets", take(world, batch)

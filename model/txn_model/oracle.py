@@ -22,7 +22,7 @@ from collections import Counter
 from model.txn_model import commit_log as cl
 from model.txn_model import offsets
 from model.txn_model.config import Config
-from model.txn_model.coordinator import TxnState, describe
+from model.txn_model.coordinator import TxnState, held_in
 from model.txn_model.state import Status, World
 
 COMMITTABLE = (TxnState.ONGOING, TxnState.PREPARE_COMMIT)
@@ -46,8 +46,7 @@ def violation(world: World, config: Config) -> str | None:
                 continue
             if participant.partition == offsets.PROGRESS:
                 continue  # aborted with a lost row on purpose; the group's rules judge it
-            txn = describe(world.coordinator, participant.triple.txn_id)
-            if txn is not None and txn.holds(participant.triple) and txn.state in COMMITTABLE:
+            if held_in(world.coordinator, participant.triple, COMMITTABLE):
                 continue
             return (
                 f"decided batch lost: batch {batch} partition {participant.partition} "

@@ -18,7 +18,7 @@ from __future__ import annotations
 from model.txn_model import commit_log as cl
 from model.txn_model.commit_log import Entry, Kind, Participant
 from model.txn_model.config import Config
-from model.txn_model.coordinator import TxnState, describe
+from model.txn_model.coordinator import TxnState, held_in
 from model.txn_model.state import Driver, Message, World
 
 COMMITTING = (TxnState.ONGOING, TxnState.PREPARE_COMMIT)
@@ -51,8 +51,7 @@ def settle(world: World, config: Config, entry: Entry) -> Entry | None:
     for participant in entry.participants:
         if participant.triple in visible:
             continue
-        txn = describe(world.coordinator, participant.triple.txn_id)
-        if txn is not None and txn.holds(participant.triple) and txn.state in waits:
+        if held_in(world.coordinator, participant.triple, waits):
             return None
         lost.append(participant.partition)
     return Entry(Kind.COMPLETION, -1, batch=entry.batch, level=entry.level, lost=tuple(lost))
@@ -62,8 +61,7 @@ def not_open(world: World, driver: Driver) -> str | None:
     """The prepare check of the repair's transactions: a triple no longer open, or None."""
     for message in repairing(driver):
         assert message.triple is not None
-        txn = describe(world.coordinator, message.triple.txn_id)
-        if txn is None or not txn.holds(message.triple) or txn.state is not TxnState.ONGOING:
+        if not held_in(world.coordinator, message.triple, (TxnState.ONGOING,)):
             return str(message.triple)
     return None
 

@@ -162,6 +162,19 @@ class Pipeline:
         return [json.loads(line)["batch"] for line in path.read_text().splitlines() if line]
 
 
+# For the tests that wait out the transaction timeout: the margin of these settings is 17.3 s
+# (margin.py), so 35 s leave a first batch 17.7 s. The fate probe reads back within
+# commitTimeoutMs: at 1 s, on a loaded machine (CI, two workers), a new consumer often had no
+# answer in time, rightly found the fate open, and failed the batch for a later retry instead of
+# the path these tests take.
+PAST_TIMEOUT = {
+    "transactionTimeoutMs": "35000",
+    "commitTimeoutMs": "3000",
+    "commitLogTimeoutMs": "1000",
+    "clockSkewMs": "0",
+}
+
+
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():

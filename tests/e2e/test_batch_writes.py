@@ -21,6 +21,7 @@ from kafka_txn_sink import failpoints
 from kafka_txn_sink.protocol.messages import Decision
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import (
+    PAST_TIMEOUT,
     ROOT,
     Outcome,
     Pipeline,
@@ -35,7 +36,6 @@ from tests.e2e.harness import (
     wait_until_aborted,
 )
 from tests.e2e.test_files_mode import assert_files_exactly_once
-from tests.e2e.test_repair import TIMEOUTS
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -256,7 +256,7 @@ def test_killed_after_the_decision_past_the_timeout_the_rerun_repairs_it(
     pipeline: Pipeline,
 ) -> None:
     with_files(pipeline)
-    pipeline.options.update(TIMEOUTS)
+    pipeline.options.update(PAST_TIMEOUT)
     kill_at(pipeline, "late", "driver.after_decision")
     decision = the_decision(pipeline)
     txn_ids = [p.transactional_id for p in decision.participants]

@@ -27,6 +27,7 @@ from kafka_txn_sink.protocol.messages import Abort, Triple
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import (
+    PAST_TIMEOUT,
     Outcome,
     Pipeline,
     assert_exactly_once,
@@ -39,7 +40,6 @@ from tests.e2e.harness import (
     produce_ids,
     wait_until_aborted,
 )
-from tests.e2e.test_repair import TIMEOUTS
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -166,7 +166,7 @@ def test_decided_transactions_aborted_by_timeout_are_written_again_by_the_replay
     # first record and the prepare check, passes the margin on a busy machine, and the fate
     # probe has time to read back); the driver then stalls after deciding batch 1 until the
     # coordinator has aborted every participant of it.
-    pipeline.options.update(TIMEOUTS)
+    pipeline.options.update(PAST_TIMEOUT)
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
     process = pipeline.start("driver.after_decision=block@1")
     pipeline.wait_reached("driver.after_decision", process)

@@ -17,6 +17,7 @@ import pytest
 
 from kafka_txn_sink import cli
 from tests.e2e.harness import (
+    PAST_TIMEOUT,
     Pipeline,
     assert_exactly_once,
     committed_report,
@@ -30,22 +31,11 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 N = 500  # batch 0 of 400 rows (maxOffsetsPerTrigger), batch 1 of 100
 
-# The margin of these settings is 17.3 s (margin.py); 35 s leave a first batch 17.7 s. The
-# fate probe reads back within commitTimeoutMs: at 1 s, on a loaded machine (CI, two workers), a
-# new consumer often had no answer in time, rightly found the fate open, and failed the batch
-# for a later retry instead of the path these tests take.
-TIMEOUTS = {
-    "transactionTimeoutMs": "35000",
-    "commitTimeoutMs": "3000",
-    "commitLogTimeoutMs": "1000",
-    "clockSkewMs": "0",
-}
-
 
 def kill_at_batch_1_and_wait_for_the_timeout(pipeline: Pipeline, failpoint: str) -> list[str]:
     """Run until `failpoint` of batch 1, SIGKILL the query, wait until the coordinators have
     aborted every transaction of the batch that was still open; the ids produced."""
-    pipeline.options.update(TIMEOUTS)
+    pipeline.options.update(PAST_TIMEOUT)
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
     process = pipeline.start(f"{failpoint}=block@1")
     pipeline.wait_reached(failpoint, process)
