@@ -17,6 +17,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourc
 from pyspark.sql.types import StructType
 
 from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.group_options import CONSUMER_GROUP
 from kafka_txn_sink.options import WRITE_ID, SinkOptions, parse_options
 from kafka_txn_sink.protocol.batch_writer import batch_writer_class
 from kafka_txn_sink.protocol.prepare import SPECULATION, TaskPlan, refuse_speculation
@@ -71,6 +72,11 @@ class KafkaTxnDataSource(DataSource):
             )
         options = parse_options(self.options)
         write_id = options.write_id
+        if options.progress is not None:
+            raise ConfigError(
+                f"option {CONSUMER_GROUP} is for streaming queries: a batch write (df.write) has "
+                f"no input offsets to commit; remove it"
+            )
         if write_id is None:
             raise ConfigError(
                 f"option {WRITE_ID} is required in a batch write (df.write): a name of this "

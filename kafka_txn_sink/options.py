@@ -17,6 +17,7 @@ from kafka_txn_sink import margin
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.extras import check_install
+from kafka_txn_sink.group_options import GROUP_OPTIONS, GroupOptions, parse_group_options
 from kafka_txn_sink.kafka.producer import producer_config
 from kafka_txn_sink.kafka.security import client_settings
 from kafka_txn_sink.option import Option, truthy
@@ -206,6 +207,7 @@ OPTIONS: tuple[Option, ...] = (
     MAX_OPEN_FILES,
     SCHEMA_INLINE_MAX_BYTES,
     *SERDE_OPTIONS,
+    *GROUP_OPTIONS,
 )
 
 DEFAULT_MAX_BYTES_PER_FILE = int(MAX_BYTES_PER_FILE.default)
@@ -289,6 +291,7 @@ class SinkOptions:
     files: FilesOptions | None = None  # files mode, when option path is set
     write_id: str | None = None  # a batch write's id (option writeId); None in streaming
     serde: SerdeOptions = field(default_factory=SerdeOptions)  # records' key and value formats
+    progress: GroupOptions | None = None  # option consumerGroup
 
     @property
     def records_mode(self) -> bool:
@@ -407,6 +410,7 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         files=files,
         write_id=_write_id(options),
         serde=parse_serde_options(options, raw),
+        progress=parse_group_options(options, records_mode=topic is not None or files is None),
     )
     if parsed.serde.uses_registry and not parsed.records_mode:
         raise ConfigError(
@@ -502,16 +506,13 @@ def _reject_unknown(options: Mapping[str, str], originals: Mapping[str, str]) ->
         if k not in _KNOWN and not k.startswith((KAFKA_PREFIX, REGISTRY_PREFIX))
     )
     if unknown:
-        raise ConfigError(
-            f"unknown option(s) {', '.join(unknown)}; Kafka client settings take the "
-            f"prefix 'kafka.' (for example kafka.linger.ms)"
-        )
+        raise ConfigError(f"unknown option(s) {', '.join(unknown)}; Kafka client settings take "
+                          "the prefix 'kafka.' (for example kafka.linger.ms)")
 
 
 def _s3_settings(options: Mapping[str, str], log_timeout_ms: int) -> S3Settings:
     """S3 deadlines fit inside commitLogTimeoutMs, which the prepare check's margin counts."""
-    endpoint = options.get(S3_ENDPOINT.key) or None
-    path_style = options.get(S3_PATH_STYLE.key)
+    endpoint, path_style = options.get(S3_ENDPOINT.key) or None, options.get(S3_PATH_STYLE.key)
     attempts = 3
     per_call_s = log_timeout_ms / 1000 / attempts / 2
     return S3Settings(

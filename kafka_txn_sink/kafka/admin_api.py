@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from kafka_txn_sink.protocol.messages import OffsetRanges, Triple
+from kafka_txn_sink.protocol.messages import GroupProgress, OffsetRanges, Triple
 
 ONGOING = "Ongoing"
 NOT_FOUND = "NotFound"
@@ -98,6 +98,11 @@ class FateProbe(Protocol):
     def fate(self, offsets: OffsetRanges) -> FateAnswer:
         """The fate of the transaction that wrote these ranges (its first and last record
         per partition); see `Fate`."""
+        ...
+
+    def progress_fate(self, progress: GroupProgress) -> FateAnswer:
+        """The fate of the progress transaction that committed `progress` to its group, read
+        from the group's offsets (a progress transaction has no records)."""
         ...
 
 

@@ -1,5 +1,6 @@
-"""Questions the driver asks the cluster: topics, the broker's transaction limit, and what a
-transaction's records say of its fate (the fate probe, `fate.py`)."""
+"""Questions the driver asks the cluster: topics, the broker's transaction limit, what a
+transaction's records say of its fate (the fate probe, `fate.py`), and a consumer group's
+offsets and members (`groups.py`)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,20 @@ from kafka_txn_sink.errors import KafkaUnavailableError
 from kafka_txn_sink.kafka.admin_api import FateAnswer
 from kafka_txn_sink.kafka.client_cache import ClientCache
 from kafka_txn_sink.kafka.fate import ProbeFailed, probe_fate
+from kafka_txn_sink.kafka.groups import (
+    GroupRefused,
+    active_members,
+    fetch_offsets,
+    group_error,
+    progress_fate,
+)
 from kafka_txn_sink.kafka.permissions import (
     CLUSTER_DESCRIBE_CONFIGS,
     denied,
     refused,
     topic_permission,
 )
-from kafka_txn_sink.protocol.messages import OffsetRanges
+from kafka_txn_sink.protocol.messages import GroupOffsets, GroupProgress, OffsetRanges
 
 MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
 # How long a shared Cluster trusts what it learnt: the brokers' transaction.max.timeout.ms and
@@ -158,6 +166,47 @@ class Cluster:
                 topic_permission("Read", exc.topic),
             )  # fmt: skip
             raise denial or KafkaUnavailableError(f"{step} failed: {exc.error.str()}") from exc
+
+    def progress_fate(self, progress: GroupProgress) -> FateAnswer:
+        """The fate of the progress transaction that committed `progress`, from the group's
+        stable offsets (`groups.progress_fate`).
+
+        Raises:
+            PermissionDeniedError: the sink may not read the group's offsets.
+            KafkaUnavailableError: the group coordinator refused otherwise.
+        """
+        try:
+            return progress_fate(self._admin, progress, self._timeout_s)
+        except GroupRefused as exc:
+            step = f"reading the committed offsets of group {progress.group} (the fate probe)"
+            raise group_error(exc, progress.group, self._kafka, step) from exc
+
+    def committed_offsets(self, group: str) -> GroupOffsets:
+        """Every offset consumer group `group` has committed (none pending).
+
+        Raises:
+            PermissionDeniedError: the sink may not read the group (Describe/Read on it).
+            KafkaUnavailableError: the group coordinator refused otherwise, or a transaction's
+                offsets are still pending.
+        """
+        try:
+            return fetch_offsets(self._admin, group, None, self._timeout_s, stable=True)
+        except GroupRefused as exc:
+            step = f"reading the committed offsets of group {group}"
+            raise group_error(exc, group, self._kafka, step, "Describe") from exc
+
+    def group_members(self, group: str) -> int:
+        """How many members consumer group `group` has now.
+
+        Raises:
+            PermissionDeniedError: the sink may not describe the group.
+            KafkaUnavailableError: the group coordinator refused otherwise.
+        """
+        try:
+            return active_members(self._admin, group, self._timeout_s)
+        except GroupRefused as exc:
+            step = f"describing consumer group {group}"
+            raise group_error(exc, group, self._kafka, step, "Describe") from exc
 
     def _on_error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._AUTHENTICATION:

@@ -26,7 +26,7 @@ class Permission:
     """One ACL the sink needs: an operation on a resource (a name, or a name prefix)."""
 
     operation: str  # as kafka-acls names it: Write, Read, Describe, DescribeConfigs
-    resource: str  # topic, transactional-id or cluster
+    resource: str  # topic, group, transactional-id or cluster
     name: str = ""
     prefixed: bool = False
 
@@ -50,6 +50,11 @@ class Permission:
 def ids_permission(operation: str, sink_id: str) -> Permission:
     """`operation` on every transactional id of sink `sink_id` (the prefix `{sinkId}-`)."""
     return Permission(operation, "transactional-id", f"{sink_id}-", prefixed=True)
+
+
+def group_permission(operation: str, group: str) -> Permission:
+    """`operation` on consumer group `group`."""
+    return Permission(operation, "group", group)
 
 
 def topic_permission(operation: str, topic: str) -> Permission:
@@ -127,6 +132,7 @@ def authentication_failed(kafka: Mapping[str, str], detail: str) -> Authenticati
 _TXN_ID_DENIED = 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as both clients number it
 _TOPIC_DENIED = 29  # TOPIC_AUTHORIZATION_FAILED
 _CLUSTER_DENIED = 31  # CLUSTER_AUTHORIZATION_FAILED
+_GROUP_DENIED = 30  # GROUP_AUTHORIZATION_FAILED
 _SASL_FAILED = 58  # SASL_AUTHENTICATION_FAILED
 _LOCAL_AUTHENTICATION = -169  # librdkafka's _AUTHENTICATION
 
@@ -147,7 +153,7 @@ def refused(
     if code == _TXN_ID_DENIED and txn_id is not None:
         # A sink id has no '-': it is what comes before the first one.
         return denied(ids_permission("Write", txn_id.split("-", 1)[0]), kafka, step)
-    if code in (_TXN_ID_DENIED, _TOPIC_DENIED, _CLUSTER_DENIED) and needed is not None:
+    if code in (_TXN_ID_DENIED, _TOPIC_DENIED, _CLUSTER_DENIED, _GROUP_DENIED) and needed:
         return denied(needed, kafka, step)
     if code in (_SASL_FAILED, _LOCAL_AUTHENTICATION):
         return authentication_failed(kafka, detail)

@@ -14,6 +14,7 @@ batches through it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -36,6 +37,7 @@ from kafka_txn_sink.kafka.admin_api import (
     TxnState,
 )
 from kafka_txn_sink.protocol.messages import (
+    PROGRESS_PARTITION,
     Completion,
     Decision,
     LostParticipant,
@@ -199,7 +201,16 @@ class Settler:
         return answer.fate is Fate.COMMITTED
 
     def _commit_all(self, decision: Decision) -> list[tuple[Participant, str]]:
-        participants = list(decision.participants)
+        data = [p for p in decision.participants if p.progress is None]
+        lost = self._commit_data(decision, data)
+        progress = [p for p in decision.participants if p.progress is not None]
+        for participant in progress:  # at most one: a decision's, or a repair's
+            lost += self._end_progress(decision, participant, data, rows_lost=bool(lost))
+        return lost
+
+    def _commit_data(
+        self, decision: Decision, participants: list[Participant]
+    ) -> list[tuple[Participant, str]]:
         if not participants:
             return []
         first = self._txn_admin.end_transactions(
@@ -231,6 +242,86 @@ class Settler:
                 f". {UNRESOLVED}"
             )
         return lost
+
+    def _end_progress(
+        self,
+        decision: Decision,
+        participant: Participant,
+        data: Sequence[Participant],
+        rows_lost: bool,
+    ) -> list[tuple[Participant, str]]:
+        """End the progress transaction after the rows (progress.py): commit it once every
+        row is visible; abort it, recorded lost, when a row of the batch was lost.
+
+        Raises:
+            TransactionCompletionError: the rows' markers are not all out within the deadline,
+                or the progress transaction's fate is still open.
+        """
+        assert participant.progress is not None
+        if rows_lost:
+            [result] = self.abort([participant.triple])
+            if not result.ok:
+                answer = self._settle_progress(participant, result.error or "unknown")
+                if answer.fate is Fate.COMMITTED:  # the design forbids it: say so
+                    raise TransactionCompletionError(
+                        f"batch {decision.batch_id}: rows were lost, yet group "
+                        f"{participant.progress.group} holds the batch's end offsets "
+                        f"({answer.evidence}); were the group's offsets changed by hand?"
+                    )
+            return [(participant, PROGRESS_LOST)]
+        self._wait_for_markers(decision, data)
+        failpoints.fire("driver.before_progress_endtxn", decision.batch_id)
+        [result] = self._txn_admin.end_transactions(
+            [participant.triple], commit=True, deadline_s=self._deadline_s
+        )
+        if result.ok:
+            return []
+        answer = self._settle_progress(participant, result.error or "unknown")
+        if answer.fate is Fate.ABORTED:
+            cause = self._loss_cause(participant.triple)
+            return [(participant, f"{result.error}; {cause}")]
+        return []
+
+    def _settle_progress(self, participant: Participant, error: str) -> FateAnswer:
+        """The progress transaction's fate from its group's stable offsets (no records).
+
+        Raises:
+            TransactionCompletionError: its offsets (or another's) are still pending.
+        """
+        assert participant.progress is not None
+        answer = self._cluster.progress_fate(participant.progress)
+        if answer.fate is Fate.OPEN:
+            raise TransactionCompletionError(
+                f"EndTxn for the progress transaction {participant.triple} failed ({error}) "
+                f"and its fate is not settled yet: {answer.evidence}; recovery retries on the "
+                f"next batch or restart"
+            )
+        log.warning("EndTxn for %s failed (%s); group: %s", participant.triple, error,
+                    answer.evidence)  # fmt: skip
+        return answer
+
+    def _wait_for_markers(self, decision: Decision, data: Sequence[Participant]) -> None:
+        """Wait until no row participant is PrepareCommit any more: its commit markers are
+        written, so its rows are visible before the group's offsets move.
+
+        Raises:
+            TransactionCompletionError: some still are after the deadline.
+        """
+        deadline = time.monotonic() + self._deadline_s
+        pending = list(data)
+        while pending:
+            states = self._txn_admin.describe(p.transactional_id for p in pending)
+            pending = [p for p in pending if _preparing_commit(states.get(p.transactional_id), p)]
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                raise TransactionCompletionError(
+                    f"batch {decision.batch_id}: the commit markers of {len(pending)} "
+                    f"transaction(s) (e.g. {pending[0].triple}) were not written within "
+                    f"{self._deadline_s:.0f} s, so the group's offsets are not committed yet; "
+                    f"recovery retries on the next batch or restart"
+                )
+            time.sleep(MARKER_POLL_S)
 
     def _loss_cause(self, triple: Triple) -> str:
         """Why the coordinator no longer holds `triple`, from the id's producer and epoch now.
@@ -279,6 +370,10 @@ class Settler:
         return answer
 
 
+# How often the progress transaction's end polls for the rows' commit markers.
+MARKER_POLL_S = 0.01
+# Why a progress transaction is recorded lost when rows of its batch were.
+PROGRESS_LOST = "aborted with its batch's lost rows: the group moves when they are written again"
 # How a loss's cause reads in its reason (and how the advice finds it).
 FENCED = "fenced by another attempt or run"
 TIMED_OUT = "aborted by the coordinator's transaction timeout"
@@ -315,6 +410,16 @@ def time_left(
     return found
 
 
+def _preparing_commit(state: TxnState | None, participant: Participant) -> bool:
+    """The coordinator still writes this participant's commit markers (its producer id, in
+    PrepareCommit; transaction version 2 bumps the epoch at EndTxn, so only the id is compared)."""
+    return (
+        state is not None
+        and state.state == "PrepareCommit"
+        and state.producer_id == participant.triple.producer_id
+    )
+
+
 def _still_lost(participant: Participant, republish: Republish | None) -> bool:
     """Lost unless republished; records beside the references are lost all the same."""
     if republish is None or participant.partition not in republish.partitions:
@@ -333,12 +438,18 @@ def _lost(participant: Participant, reason: str) -> LostParticipant:
     )
 
 
-def _loss_message(completion: Completion) -> str:
-    parts = "; ".join(
-        f"Spark partition {x.partition} ({x.triple.transactional_id}, {x.rows} rows, offsets "
-        f"{ {t: dict(r) for t, r in x.offsets.items()} }, {x.reason})"
-        for x in completion.lost
+def describe_lost(lost: LostParticipant) -> str:
+    """A lost participant as messages name it."""
+    if lost.partition == PROGRESS_PARTITION:
+        return f"the consumer group's progress ({lost.triple.transactional_id})"
+    return (
+        f"Spark partition {lost.partition} ({lost.triple.transactional_id}, {lost.rows} rows, "
+        f"offsets { {t: dict(r) for t, r in lost.offsets.items()} }"
     )
+
+
+def _loss_message(completion: Completion) -> str:
+    parts = "; ".join(f"{describe_lost(x)}, {x.reason})" for x in completion.lost)
     advice = []
     if any(TIMED_OUT in x.reason for x in completion.lost):
         advice.append(

@@ -49,8 +49,16 @@ from kafka_txn_sink.errors import (
 from kafka_txn_sink.kafka.admin_api import TransactionAdmin
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.complete import Settler, time_left
-from kafka_txn_sink.protocol.messages import Abort, Decision, Participant, now_ms
+from kafka_txn_sink.protocol.messages import (
+    FORMAT_VERSION,
+    PROGRESS_FORMAT_VERSION,
+    Abort,
+    Decision,
+    Participant,
+    now_ms,
+)
 from kafka_txn_sink.protocol.prepare import BatchWrite
+from kafka_txn_sink.protocol.progress import batch_progress, open_progress
 from kafka_txn_sink.protocol.recover import CleanupSchedule, clean_up
 from kafka_txn_sink.protocol.repair import Repairer, held_by_repairs, remember_lossless
 from kafka_txn_sink.protocol.runs import RunRef, check_current, check_decided_by, release
@@ -236,7 +244,12 @@ class Committer:
             self._settler,
             self._run,
             self._options.margin_ms,
+            None if self._options.progress is None else self._open_one_progress,
         )
+
+    def _open_one_progress(self, batch_id: int) -> Participant:
+        [progress] = self._open_progress(batch_id)
+        return progress
 
     def _clean_up(self) -> None:
         clean_up(self._options.sink_id, self._log, self._txn_admin, self._settler, self._run)
@@ -250,8 +263,35 @@ class Committer:
                 f"{self._options.commit_log} has no decision for it; was the log changed?"
             )
         participants = tuple(Participant.from_task(t) for t in tasks if t.status == "prepared")
+        progress = self._open_progress(batch_id)
+        try:
+            return self._put(tasks, batch_id, query_id, round_, (*participants, *progress))
+        except DecisionInDoubtError:
+            raise  # the decision may still land, holding the progress transaction
+        except BaseException:
+            if progress:
+                self._settler.abort([p.triple for p in progress])
+            raise
+
+    def _open_progress(self, batch_id: int) -> tuple[Participant, ...]:
+        """The progress transaction of the batch (option consumerGroup), open: progress.py."""
+        progress = batch_progress(self._options, batch_id)
+        if progress is None:
+            return ()
+        return (open_progress(self._options, self._run, progress),)
+
+    def _put(
+        self,
+        tasks: list[TaskCommit],
+        batch_id: int,
+        query_id: str,
+        round_: int,
+        participants: tuple[Participant, ...],
+    ) -> Decision:
+        """Check the participants, then put the decision: ours, or an older run's."""
         failpoints.fire("driver.before_prepare_check", batch_id)
         self._check_prepared(participants, batch_id)
+        has_progress = any(p.progress is not None for p in participants)
         decision = Decision(
             sink_id=self._options.sink_id,
             query_id=query_id,
@@ -263,6 +303,7 @@ class Committer:
             run=self._run.run,
             round=round_,
             schemas=tuple(sorted({s for t in tasks for s in t.schemas}, key=str)),
+            version=PROGRESS_FORMAT_VERSION if has_progress else FORMAT_VERSION,
         )
         failpoints.fire("driver.before_decision", batch_id)
         # As late as possible: a driver frozen since its streamWriter() may have lost the sink
@@ -278,6 +319,9 @@ class Committer:
                 self._options.sink_id,
                 found.run,
             )
+            ours = [p.triple for p in participants if p.progress is not None]
+            if ours:  # the older decision holds its own progress transaction, if any
+                self._settler.abort(ours)
             return found  # an older run's decision counts: commit() completes it
         failpoints.fire("driver.after_decision", batch_id)
         return decision
@@ -313,8 +357,8 @@ class Committer:
         for participant, state, left_ms in time_left(self._txn_admin, participants):
             if left_ms is None:
                 raise ParticipantNotCommittableError(
-                    f"batch {batch_id}: the transaction of Spark partition "
-                    f"{participant.partition} ({participant.triple}) is no longer open: the "
+                    f"batch {batch_id}: the transaction of {participant.describe()} "
+                    f"({participant.triple}) is no longer open: the "
                     f"coordinator reports {state}. It was fenced or aborted; nothing of the "
                     f"batch is published and {self._runs_again()}."
                 )

@@ -19,11 +19,45 @@ if TYPE_CHECKING:
     from kafka_txn_sink.protocol.task_commit import TaskCommit
 
 FORMAT_VERSION = 2  # 2: digests and repairs; a version-1 sink refuses such records as newer
+# A decision with a progress participant (consumerGroup): a version-2 sink, which would end it
+# in any order, refuses it as newer.
+PROGRESS_FORMAT_VERSION = 3
+# The partition a progress participant takes in its decision: no Spark partition has it.
+PROGRESS_PARTITION = -1
 
 TaskStatus = Literal["prepared", "empty", "skipped"]
 
 # topic -> partition -> [first offset, last offset] written by one transaction
 OffsetRanges = dict[str, dict[int, tuple[int, int]]]
+# topic -> partition -> the offset a consumer group reads next (Spark's end offset of a batch)
+GroupOffsets = dict[str, dict[int, int]]
+
+
+@dataclass(frozen=True)
+class GroupProgress:
+    """What a progress participant commits: `offsets` to consumer group `group`."""
+
+    group: str
+    offsets: GroupOffsets
+
+    def to_json(self) -> dict[str, Any]:
+        """The group and its offsets as JSON values (partitions as strings)."""
+        return {
+            "group": self.group,
+            "offsets": {
+                topic: {str(p): o for p, o in sorted(parts.items())}
+                for topic, parts in sorted(self.offsets.items())
+            },
+        }
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> GroupProgress:
+        """The progress whose fields are `body`."""
+        offsets = {
+            str(topic): {int(p): int(o) for p, o in parts.items()}
+            for topic, parts in body["offsets"].items()
+        }
+        return cls(str(body["group"]), offsets)
 
 
 @dataclass(frozen=True)
@@ -112,11 +146,19 @@ class Participant:
     files: tuple[FileRef, ...] = ()
     # The records' digest (records/digest.py): what a repair matches a replayed task by.
     digest: str = ""
+    # Set only on the progress participant (partition -1, no records): the group's offsets.
+    progress: GroupProgress | None = None
 
     @property
     def transactional_id(self) -> str:
         """The transactional id of the participant's transaction."""
         return self.triple.transactional_id
+
+    def describe(self) -> str:
+        """`Spark partition N`, or the progress transaction's group, as messages name it."""
+        if self.progress is not None:
+            return f"the progress of consumer group {self.progress.group}"
+        return f"Spark partition {self.partition}"
 
     @classmethod
     def from_task(cls, task: TaskCommit) -> Participant:
@@ -436,6 +478,8 @@ def _participant_json(participant: Participant) -> dict[str, Any]:
         body["files"] = [f.to_json() for f in participant.files]
     if participant.digest:
         body["digest"] = participant.digest
+    if participant.progress is not None:
+        body["progress"] = participant.progress.to_json()
     return body
 
 
@@ -452,8 +496,14 @@ def _lost_from(body: dict[str, Any]) -> LostParticipant:
 
 def _participant_from(body: dict[str, Any]) -> Participant:
     files = tuple(FileRef.from_json(f) for f in body.get("files", ()))
+    progress = GroupProgress.from_json(body["progress"]) if "progress" in body else None
     return Participant(
-        **{**_nested(body), "offsets": _offsets_from(body["offsets"]), "files": files}
+        **{
+            **_nested(body),
+            "offsets": _offsets_from(body["offsets"]),
+            "files": files,
+            "progress": progress,
+        }
     )
 
 
@@ -507,10 +557,10 @@ def load_record(kinds: str | tuple[str, ...], data: bytes) -> dict[str, Any]:
     version = body.get("version")
     if not isinstance(version, int):
         raise CommitLogError(f"{kind} record has no valid format version: {version!r}")
-    if version > FORMAT_VERSION:
+    if version > PROGRESS_FORMAT_VERSION:
         raise CommitLogError(
             f"{kind} record has format version {body.get('version')}, newer than this "
-            f"kafka_txn_sink understands ({FORMAT_VERSION}); upgrade the package"
+            f"kafka_txn_sink understands ({PROGRESS_FORMAT_VERSION}); upgrade the package"
         )
     body.pop("kind")
     body.pop("output", None)

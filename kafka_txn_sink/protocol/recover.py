@@ -27,7 +27,14 @@ from kafka_txn_sink.protocol.complete import MAX_REPUBLISH_ROUNDS, Settler
 from kafka_txn_sink.protocol.messages import Completion, Decision, Triple, now_ms
 from kafka_txn_sink.protocol.repair import batch_levels, latest_word
 from kafka_txn_sink.protocol.runs import RunRef, check_current, may_abort, standing
-from kafka_txn_sink.protocol.txn_ids import SLOTS, owns, republish_id, slot_of, transactional_id
+from kafka_txn_sink.protocol.txn_ids import (
+    SLOTS,
+    owns,
+    progress_id,
+    republish_id,
+    slot_of,
+    transactional_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +82,11 @@ def sink_holdings(
     """Every open transaction of `sink_id`, and the triples incomplete batches still need.
 
     The open ones are those ListTransactions reports, together with every id the commit log says
-    the sink used (`{sinkId}-{slot}-{p}` of every slot below its largest partition count, and
-    `{sinkId}-republish`): brokers list only the ids the caller may describe, so a listing alone
-    can miss leftovers. Held are the participants of every decided batch without a completion
-    marker and the recorded republish rounds of those batches.
+    the sink used (`{sinkId}-{slot}-{p}` of every slot below its largest partition count, the
+    progress ids `{sinkId}-{slot}-g` and `{sinkId}-republish`): brokers list only the ids the
+    caller may describe, so a listing alone can miss leftovers. Held are the participants of
+    every decided batch without a completion marker and the recorded republish rounds of those
+    batches.
 
     The ids are described before the log is read: every transaction seen is then one that a
     decision, owner or release record read afterwards either holds or no longer can (runs.py).
@@ -269,9 +277,10 @@ def _log_known_ids(sink_id: str, commit_log: CommitLog) -> list[str]:
 
 
 def _slot_ids(sink_id: str, partitions: int) -> list[str]:
-    return [
+    tasks = [
         transactional_id(sink_id, p, slot=slot) for slot in range(SLOTS) for p in range(partitions)
     ]
+    return [*tasks, *(progress_id(sink_id, slot=slot) for slot in range(SLOTS))]
 
 
 def _slot(sink_id: str, txn_id: str) -> int | None:

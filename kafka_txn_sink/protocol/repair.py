@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -43,8 +43,9 @@ from kafka_txn_sink.errors import (
     TransactionLostError,
 )
 from kafka_txn_sink.kafka.admin_api import TransactionAdmin
-from kafka_txn_sink.protocol.complete import Settler, time_left
+from kafka_txn_sink.protocol.complete import Settler, describe_lost, time_left
 from kafka_txn_sink.protocol.messages import (
+    PROGRESS_PARTITION,
     Completion,
     Decision,
     LostParticipant,
@@ -215,7 +216,9 @@ class Repairer:
         settler: Settler,
         run: RunRef,
         margin_ms: int,
+        open_progress: Callable[[int], Participant] | None = None,
     ):
+        self._open_progress = open_progress  # option consumerGroup: a batch's new progress
         self._sink_id = sink_id
         self._log = commit_log
         self._txn_admin = txn_admin
@@ -279,21 +282,55 @@ class Repairer:
     ) -> tuple[Decision, bool]:
         """Match, check and put the repair of `level`; the repair that holds the level, and
         whether it is ours."""
-        matched, refused = match(waiting, [t for t in tasks if t.status == "prepared"])
+        rows = [x for x in waiting if x.partition != PROGRESS_PARTITION]
+        matched, refused = match(rows, [t for t in tasks if t.status == "prepared"])
         chosen = {t.prepared_triple for t, _ in matched}
         self._abort(t for t in tasks if t.status == "prepared" and t.triple not in chosen)
-        participants = tuple(Participant.from_task(t) for t, _ in matched)
+        progress_lost = [x for x in waiting if x.partition == PROGRESS_PARTITION]
+        progress = self._progress(decision.batch_id) if progress_lost else ()
+        if not progress:  # without option consumerGroup now: its offsets stay uncommitted
+            refused, progress_lost = [*refused, *progress_lost], []
+        participants = (*(Participant.from_task(t) for t, _ in matched), *progress)
+        try:
+            repair, ours = self._put(decision, level, participants, len(tasks), refused, [
+                *(x.triple for _, x in matched), *(x.triple for x in progress_lost)
+            ])  # fmt: skip
+        except DecisionInDoubtError:
+            raise  # the repair may still land, holding the progress transaction
+        except BaseException:
+            self._settler.abort([p.triple for p in progress])
+            raise
+        if not ours:
+            self._abort(t for t in tasks if t.status == "prepared" and t.triple in chosen)
+            self._settler.abort([p.triple for p in progress])
+        return repair, ours
+
+    def _progress(self, batch_id: int) -> tuple[Participant, ...]:
+        """A new progress transaction for the batch (progress.py), none without an opener."""
+        return () if self._open_progress is None else (self._open_progress(batch_id),)
+
+    def _put(
+        self,
+        decision: Decision,
+        level: int,
+        participants: tuple[Participant, ...],
+        tasks: int,
+        refused: list[LostParticipant],
+        repaired: list[Triple],
+    ) -> tuple[Decision, bool]:
+        """Check the repair's participants, then put it; the repair that holds the level, and
+        whether it is ours."""
         self._check_open(decision.batch_id, participants)
         repair = replace(
             decision,
             participants=participants,
-            tasks=len(tasks),
+            tasks=tasks,
             rows=sum(p.rows for p in participants),
             decided_at_ms=now_ms(),
             run=self._run.run,
             round=0,
             level=level,
-            repaired=tuple(x.triple for _, x in matched),
+            repaired=tuple(repaired),
             refused=tuple(replace(x, reason=f"{x.reason}; {REFUSED}") for x in refused),
         )
         check_current(self._sink_id, self._log, self._run)
@@ -313,15 +350,14 @@ class Repairer:
                 decision.batch_id,
                 holder.run,
             )
-            self._abort(t for t in tasks if t.status == "prepared" and t.triple in chosen)
         return holder, ours
 
     def _check_open(self, batch_id: int, participants: Sequence[Participant]) -> None:
         for participant, state, left_ms in time_left(self._txn_admin, participants):
             if left_ms is None or left_ms < self._margin_ms:
                 raise ParticipantNotCommittableError(
-                    f"batch {batch_id}: the repair transaction of Spark partition "
-                    f"{participant.partition} ({participant.triple}) is not open with enough "
+                    f"batch {batch_id}: the repair transaction of {participant.describe()} "
+                    f"({participant.triple}) is not open with enough "
                     f"time left (the coordinator reports {state}); nothing of the repair is "
                     f"recorded and the batch runs again"
                 )
@@ -350,11 +386,7 @@ def match(
 
 
 def _describe(lost: Sequence[LostParticipant]) -> str:
-    return "; ".join(
-        f"Spark partition {x.partition} ({x.triple.transactional_id}, {x.rows} rows, offsets "
-        f"{ {t: dict(r) for t, r in x.offsets.items()} })"
-        for x in lost
-    )
+    return "; ".join(f"{describe_lost(x)})" for x in lost)
 
 
 def _waiting_message(decision: Decision, waiting: Sequence[LostParticipant]) -> str:

@@ -8,6 +8,8 @@ batch's participants). It:
 2. lets librdkafka judge the user's `kafka.*` settings once, here, rather than in every task;
 3. makes sure the commit log belongs to this sink (claiming it on the sink's first start, unless
    the brokers already know this sink's ids: a deleted or moved log);
+   With option consumerGroup, checks the input topics live on the output cluster and the
+   group has no active member (progress.py);
 4. finds this driver's run, recording a new one (and its id slot) on its first batch
    (runs.py), and stops if a newer run owns the sink;
 5. rolls forward every decided batch without a completion marker;
@@ -47,6 +49,7 @@ from kafka_txn_sink.options import (
 )
 from kafka_txn_sink.protocol.messages import Decision, LostParticipant, now_ms
 from kafka_txn_sink.protocol.prepare import BatchWrite, is_batch_write, write_query_id
+from kafka_txn_sink.protocol.progress import check_progress_start
 from kafka_txn_sink.protocol.recover import known_ids, roll_forward
 from kafka_txn_sink.protocol.repair import RepairPlan, batch_levels, plan_repair
 from kafka_txn_sink.protocol.run_records import SinkMeta
@@ -86,6 +89,7 @@ def start_batch(options: SinkOptions) -> BatchStart:
     """
     options = _fit_to_cluster(options)
     with driver_session(options) as session:
+        check_progress_start(options, session.cluster)
         latest, run = _claim_and_recover(session)
         _check_use(options, latest, batch_write=False)
         repair = plan_repair(session.commit_log, latest, session.settler)

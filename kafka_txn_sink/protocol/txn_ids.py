@@ -6,7 +6,9 @@ transactions. The brokers know at most SLOTS x partitions ids of a sink, however
 restarts. Logs written before slots existed used `{sinkId}-{partition}` (slot None here).
 
 Recovery has one more, `{sinkId}-republish`, for publishing again the file references of a
-decided batch whose transactions the broker aborted (files mode). Sink ids have no '-', so no
+decided batch whose transactions the broker aborted (files mode). A query with `consumerGroup`
+has one more per slot, `{sinkId}-{slot}-g`: the driver's progress transaction, which commits the
+batch's input offsets to the group beside its output (progress.py). Sink ids have no '-', so no
 id of one sink is ever an id of another.
 """
 
@@ -18,6 +20,7 @@ from kafka_txn_sink.errors import ConfigError
 
 _SINK_ID = re.compile(r"^[A-Za-z0-9._]{1,200}$")
 REPUBLISH = "republish"
+PROGRESS = "g"
 # Runs that may hold ids at once; the model (model/README.md) needs at least 2.
 SLOTS = 4
 
@@ -44,6 +47,19 @@ def transactional_id(sink_id: str, partition: int, *, slot: int) -> str:
     return f"{sink_id}-{slot}-{partition}"
 
 
+def progress_id(sink_id: str, *, slot: int) -> str:
+    """The id of the progress transactions of the run holding slot `slot`: `{sinkId}-{slot}-g`."""
+    if not 0 <= slot < SLOTS:
+        raise ValueError(f"need 0 <= slot < {SLOTS}, got {slot}")
+    return f"{sink_id}-{slot}-{PROGRESS}"
+
+
+def is_progress_id(sink_id: str, txn_id: str) -> bool:
+    """Whether `txn_id` is one of this sink's progress ids."""
+    match = id_pattern(sink_id).match(txn_id)
+    return match is not None and match.group(3) is not None
+
+
 def republish_id(sink_id: str) -> str:
     """The id of the republish transactions: `{sinkId}-republish`."""
     return f"{sink_id}-{REPUBLISH}"
@@ -51,7 +67,9 @@ def republish_id(sink_id: str) -> str:
 
 def id_pattern(sink_id: str) -> re.Pattern[str]:
     """Matches exactly this sink's ids, never those of a sink whose id merely shares a prefix."""
-    return re.compile(rf"^{re.escape(sink_id)}-(?:(?:([0-9]+)-)?([0-9]+)|{REPUBLISH})$")
+    return re.compile(
+        rf"^{re.escape(sink_id)}-(?:(?:([0-9]+)-)?([0-9]+)|([0-9]+)-{PROGRESS}|{REPUBLISH})$"
+    )
 
 
 def owns(sink_id: str, txn_id: str) -> bool:
@@ -69,11 +87,14 @@ def partition_of(sink_id: str, txn_id: str) -> int:
 
 
 def slot_of(sink_id: str, txn_id: str) -> int | None:
-    """The slot of a task id of this sink; None for an id from before slots existed.
+    """The slot of a task or progress id of this sink; None for an id from before slots existed.
 
     Raises:
-        ValueError: `txn_id` is not a task id of this sink.
+        ValueError: `txn_id` is neither a task id nor a progress id of this sink.
     """
+    match = id_pattern(sink_id).match(txn_id)
+    if match is not None and match.group(3) is not None:
+        return int(match.group(3))
     return _task_id_parts(sink_id, txn_id)[0]
 
 

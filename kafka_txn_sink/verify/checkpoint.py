@@ -73,6 +73,31 @@ def read_checkpoint(
     return CheckpointRange(uri, batch, committed, end, _starts(storage, topics), notes)
 
 
+def newest_batch(uri: str, s3: S3Settings | None = None) -> int | None:
+    """The newest batch in the checkpoint's `offsets/` (the batch about to run, in
+    `streamWriter()`), None before the first."""
+    batches = (_BATCH.match(n) for n in open_storage(_as_s3(uri), s3).list("offsets/"))
+    return max((int(m.group(2)) for m in batches if m), default=None)
+
+
+def batch_end_offsets(uri: str, batch_id: int, s3: S3Settings | None = None) -> Offsets:
+    """The end offsets of batch `batch_id` of the query checkpointed at `uri`: every Kafka
+    source's line of `offsets/<batch_id>`, which Spark writes before it runs the batch.
+
+    Raises:
+        ConfigError: the checkpoint has no such file, or the file names no Kafka topic.
+    """
+    storage = open_storage(_as_s3(uri), s3)
+    name = f"offsets/{batch_id}"
+    found = _source_offsets(_text(storage, name, uri), skip=2)
+    if not found:
+        raise ConfigError(
+            f"checkpointLocation {uri}: {name} names no Kafka topic; option consumerGroup needs "
+            f"a query that reads Kafka (Spark's kafka source)"
+        )
+    return found
+
+
 def _as_s3(uri: str) -> str:
     # Spark names S3 `s3a://` (Hadoop's connector); boto3 reads the same objects.
     return "s3://" + uri[len("s3a://") :] if uri.lower().startswith("s3a://") else uri
@@ -96,7 +121,7 @@ def _batches(storage: Storage, uri: str) -> dict[str, set[int]]:
 def _text(storage: Storage, name: str, uri: str) -> str:
     data = storage.get(name)
     if data is None:
-        raise ConfigError(f"--checkpoint {uri}: {name} is missing")
+        raise ConfigError(f"checkpoint {uri}: {name} is missing")
     try:
         return data.lstrip(b"\0").decode()
     except UnicodeDecodeError as exc:

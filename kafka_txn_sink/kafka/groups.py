@@ -1,0 +1,122 @@
+"""A consumer group's side of the sink: its committed offsets, its members, and what they say of
+a progress transaction's fate.
+
+A progress transaction (protocol/progress.py) has no records to read back, so its fate probe reads
+the group instead: OffsetFetch with `require_stable`, which the group coordinator refuses
+(UNSTABLE_OFFSET_COMMIT) while any transaction's offsets for those partitions are pending. Once
+nothing is pending, the group holds the batch's end offsets (or later ones) exactly when the
+transaction committed: the sink commits offsets only forward, one completed batch after another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from kafka_txn_sink.errors import KafkaTxnSinkError, KafkaUnavailableError
+from kafka_txn_sink.kafka.admin_api import Fate, FateAnswer
+from kafka_txn_sink.kafka.permissions import group_permission, refused
+from kafka_txn_sink.protocol.messages import GroupOffsets, GroupProgress
+
+# What the group coordinator answers while offsets of an open transaction are pending.
+_PENDING = (KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
+# librdkafka's "no committed offset" (OFFSET_INVALID).
+NO_OFFSET = -1001
+
+
+class GroupRefused(Exception):
+    """The group coordinator answered with an error that is not a pending transaction."""
+
+    def __init__(self, error: KafkaError):
+        super().__init__(error.str())
+        self.error = error
+
+
+def fetch_offsets(
+    admin: AdminClient, group: str, partitions: GroupOffsets | None, timeout_s: float, *,
+    stable: bool,
+) -> GroupOffsets:
+    """The group's committed offsets for `partitions` (None: every partition it has), leaving out
+    partitions without one.
+
+    Raises:
+        GroupRefused: the coordinator refused (with `stable`: offsets of an open transaction are
+            pending, among others).
+    """
+    wanted = (
+        [TopicPartition(t, p) for t, parts in sorted(partitions.items()) for p in sorted(parts)]
+        if partitions is not None
+        else None
+    )
+    request = [ConsumerGroupTopicPartitions(group, wanted)]
+    future = admin.list_consumer_group_offsets(
+        request, require_stable=stable, request_timeout=timeout_s
+    )[group]
+    try:
+        answer = future.result(timeout=timeout_s + 5)
+    except KafkaException as exc:
+        raise GroupRefused(exc.args[0]) from exc
+    found: GroupOffsets = {}
+    for tp in answer.topic_partitions or ():
+        if tp.error is not None:
+            raise GroupRefused(tp.error)
+        if tp.offset >= 0:
+            found.setdefault(tp.topic, {})[tp.partition] = tp.offset
+    return found
+
+
+def progress_fate(admin: AdminClient, progress: GroupProgress, timeout_s: float) -> FateAnswer:
+    """What the group says of the progress transaction that committed `progress`: OPEN while
+    its offsets (or another transaction's) are pending or the coordinator does not answer."""
+    try:
+        held = fetch_offsets(admin, progress.group, progress.offsets, timeout_s, stable=True)
+    except GroupRefused as exc:
+        if exc.error.code() in _PENDING:
+            return FateAnswer(Fate.OPEN, f"group {progress.group}: {exc.error.str()}")
+        raise
+    behind = [
+        f"{t}[{p}] at {held.get(t, {}).get(p, 'none')} < {o}"
+        for t, parts in sorted(progress.offsets.items())
+        for p, o in sorted(parts.items())
+        if held.get(t, {}).get(p, -1) < o
+    ]
+    if behind:
+        return FateAnswer(
+            Fate.ABORTED,
+            f"group {progress.group} is stable and behind the batch: {', '.join(behind)}",
+        )
+    return FateAnswer(Fate.COMMITTED, f"group {progress.group} holds the batch's end offsets")
+
+
+def active_members(admin: AdminClient, group: str, timeout_s: float) -> int:
+    """How many members the group has now (0 for a group that does not exist yet).
+
+    Raises:
+        GroupRefused: the coordinator refused to describe it.
+    """
+    future = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
+    try:
+        description = future.result(timeout=timeout_s + 5)
+    except KafkaException as exc:
+        raise GroupRefused(exc.args[0]) from exc
+    return len(description.members or ())
+
+
+def group_error(
+    exc: GroupRefused, group: str, kafka: Mapping[str, str], step: str, operation: str = "Read"
+) -> KafkaTxnSinkError:
+    """The error for a refused group request: a denial names `operation` on the group."""
+    error = exc.error
+    denial = refused(error.code(), error.str(), kafka, step, group_permission(operation, group))
+    return denial or KafkaUnavailableError(f"{step} failed: {error.str()}")
+
+
+def as_starting_offsets(offsets: GroupOffsets) -> dict[str, Any]:
+    """The offsets as Spark's Kafka source takes them in `startingOffsets` (JSON keys)."""
+    return {
+        topic: {str(p): o for p, o in sorted(parts.items())}
+        for topic, parts in sorted(offsets.items())
+    }

@@ -1,0 +1,152 @@
+"""Consumer-group progress: a batch's input offsets committed to a group together with its rows.
+
+With option `consumerGroup`, `commit()` opens the run's *progress transaction* on its slot's id
+`{sinkId}-{slot}-g` before the prepare check: InitProducerId, then AddOffsetsToTxn and
+TxnOffsetCommit of the batch's end offsets, which Spark wrote to
+`<checkpointLocation>/offsets/<batchId>` before it ran the batch. The transaction joins the
+decision as a participant of partition -1 with no records, so the prepare check, the decision,
+the clean-up and recovery cover it like any other. Completing the batch (complete.py) ends it
+last: EndTxn(commit) only once every row of the batch is visible, or EndTxn(abort) by its
+exact triple once a row was lost, recorded lost beside the rows; the replay's repair
+(repair.py) then opens a new one. So the group's offsets move when the batch's rows become
+visible, never before, and never back. The model (`--offsets participant`) checks this design,
+and shows why committing the offsets after the completion, or ending this participant first,
+is wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from kafka_txn_sink.errors import ConfigError, KafkaTxnSinkError
+from kafka_txn_sink.group_options import CONSUMER_GROUP
+from kafka_txn_sink.kafka.cluster import Cluster, client_config
+from kafka_txn_sink.kafka.permissions import group_permission, refused
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.options import SinkOptions
+from kafka_txn_sink.protocol.messages import (
+    PROGRESS_PARTITION,
+    GroupProgress,
+    Participant,
+    Triple,
+)
+from kafka_txn_sink.protocol.runs import RunRef
+from kafka_txn_sink.protocol.txn_ids import progress_id
+from kafka_txn_sink.verify.checkpoint import batch_end_offsets, newest_batch
+
+
+def batch_progress(options: SinkOptions, batch_id: int) -> GroupProgress | None:
+    """What batch `batch_id` commits to the group: its end offsets in Spark's offset log; None
+    without option consumerGroup.
+
+    Raises:
+        ConfigError: the checkpoint has no offsets for the batch, or names no Kafka topic.
+    """
+    if options.progress is None:
+        return None
+    offsets = batch_end_offsets(options.progress.checkpoint, batch_id, options.s3)
+    return GroupProgress(options.progress.group, offsets)
+
+
+def check_progress_start(options: SinkOptions, cluster: Cluster) -> None:
+    """Before a batch with option consumerGroup: the query reads Kafka topics that live on the
+    output cluster, and the group has no active member (whose own commits would interleave
+    with the sink's).
+
+    Raises:
+        ConfigError: the checkpoint names no Kafka topic, an input topic or partition is not on
+            the output cluster, or the group has members; the message names the group.
+        PermissionDeniedError: the sink may not describe the group.
+    """
+    if options.progress is None:
+        return
+    group, checkpoint = options.progress.group, options.progress.checkpoint
+    batch = newest_batch(checkpoint, options.s3)
+    if batch is not None:
+        for topic, parts in batch_end_offsets(checkpoint, batch, options.s3).items():
+            count = cluster.topic_partitions(topic)
+            if count is None or max(parts) >= count:
+                raise ConfigError(
+                    f"option {CONSUMER_GROUP} ({group}): input topic {topic} (partitions "
+                    f"{sorted(parts)}) is not on the output cluster {options.bootstrap_servers}"
+                    f" ({'no such topic' if count is None else f'{count} partitions'}); the "
+                    f"offsets are committed in the output's transactions, so the input must "
+                    f"live there too"
+                )
+    members = cluster.group_members(group)
+    if members:
+        raise ConfigError(
+            f"option {CONSUMER_GROUP}: consumer group {group} has {members} active member(s); "
+            f"the sink commits the query's offsets to it, and a consumer in it would commit "
+            f"its own over them. Name a group that no consumer joins"
+        )
+
+
+def open_progress(options: SinkOptions, run: RunRef, progress: GroupProgress) -> Participant:
+    """Open `run`'s progress transaction with `progress` committed in it, and leave it open:
+    the participant that ends it.
+
+    Raises:
+        PermissionDeniedError: Write on the sink's ids, or Read on the group, is missing.
+        KafkaTxnSinkError: the brokers refused otherwise; the transaction is aborted.
+    """
+    txn_id = progress_id(options.sink_id, slot=run.slot)
+    txn = ProgressTransaction(options.producer_config(txn_id), options.client_timeout_s)
+    txn.init()
+    try:
+        txn.send_offsets(progress, _group_metadata(options, progress.group))
+        triple = txn.open_triple()
+    except BaseException:
+        txn.abort()
+        raise
+    return Participant(
+        partition=PROGRESS_PARTITION, attempt=0, triple=triple, rows=0, offsets={},
+        progress=progress,
+    )  # fmt: skip
+
+
+class ProgressTransaction(TaskTransaction):
+    """A transaction that writes no records, only a consumer group's offsets."""
+
+    def send_offsets(self, progress: GroupProgress, group_metadata: Any) -> None:
+        """AddOffsetsToTxn and TxnOffsetCommit of `progress` (waits for both answers).
+
+        Raises:
+            PermissionDeniedError: Read on the group is missing.
+            KafkaTxnSinkError: the coordinator refused otherwise.
+        """
+        positions = [
+            TopicPartition(topic, partition, offset)
+            for topic, parts in sorted(progress.offsets.items())
+            for partition, offset in sorted(parts.items())
+        ]
+        try:
+            self._client.send_offsets_to_transaction(positions, group_metadata, self._timeout_s)
+        except KafkaException as exc:
+            error = exc.args[0]
+            step = f"committing the offsets of group {progress.group} in {self.transactional_id}"
+            raise refused(
+                error.code(), error.str(), self._config, step,
+                group_permission("Read", progress.group), self.transactional_id,
+            ) or KafkaTxnSinkError(f"{step} failed: {error.str()}") from exc  # fmt: skip
+
+    def open_triple(self) -> Triple:
+        """The open transaction's triple; the client is dropped unclosed, so it stays open."""
+        triple = self._read_triple()
+        self.detach()
+        return triple
+
+
+def _group_metadata(options: SinkOptions, group: str) -> Any:
+    """The group's metadata as a client that never joins it sends it (generation -1, no member
+    id): the start refuses a group with active members (start.py)."""
+    config = client_config(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
+    consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
+    try:
+        return consumer.consumer_group_metadata()
+    finally:
+        with contextlib.suppress(KafkaException, RuntimeError):
+            consumer.close()
