@@ -48,7 +48,9 @@ DRIVER_POINTS = (
 )
 # Reached only when recovery republishes the file references of a batch the broker aborted.
 REPUBLISH_POINTS = ("driver.republish_prepared", "driver.republish_recorded")
-ALL_POINTS = TASK_POINTS + DRIVER_POINTS + REPUBLISH_POINTS
+# Reached only with option consumerGroup: the rows are visible, the group's offsets not yet.
+PROGRESS_POINTS = ("driver.before_progress_endtxn",)
+ALL_POINTS = TASK_POINTS + DRIVER_POINTS + REPUBLISH_POINTS + PROGRESS_POINTS
 
 
 class FailpointError(RuntimeError):

@@ -10,7 +10,9 @@ transaction committed: the sink commits offsets only forward, one completed batc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
@@ -23,8 +25,12 @@ from kafka_txn_sink.protocol.messages import GroupOffsets, GroupProgress
 
 # What the group coordinator answers while offsets of an open transaction are pending.
 _PENDING = (KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
-# librdkafka's "no committed offset" (OFFSET_INVALID).
-NO_OFFSET = -1001
+_COORDINATOR_NOT_READY = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+)
+COORDINATOR_RETRY_S = 0.2
 
 
 class GroupRefused(Exception):
@@ -36,7 +42,11 @@ class GroupRefused(Exception):
 
 
 def fetch_offsets(
-    admin: AdminClient, group: str, partitions: GroupOffsets | None, timeout_s: float, *,
+    admin: AdminClient,
+    group: str,
+    partitions: GroupOffsets | None,
+    timeout_s: float,
+    *,
     stable: bool,
 ) -> GroupOffsets:
     """The group's committed offsets for `partitions` (None: every partition it has), leaving out
@@ -52,13 +62,12 @@ def fetch_offsets(
         else None
     )
     request = [ConsumerGroupTopicPartitions(group, wanted)]
-    future = admin.list_consumer_group_offsets(
-        request, require_stable=stable, request_timeout=timeout_s
-    )[group]
-    try:
-        answer = future.result(timeout=timeout_s + 5)
-    except KafkaException as exc:
-        raise GroupRefused(exc.args[0]) from exc
+    answer = _answer(
+        lambda: admin.list_consumer_group_offsets(
+            request, require_stable=stable, request_timeout=timeout_s
+        )[group],
+        timeout_s,
+    )
     found: GroupOffsets = {}
     for tp in answer.topic_partitions or ():
         if tp.error is not None:
@@ -97,12 +106,29 @@ def active_members(admin: AdminClient, group: str, timeout_s: float) -> int:
     Raises:
         GroupRefused: the coordinator refused to describe it.
     """
-    future = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
-    try:
-        description = future.result(timeout=timeout_s + 5)
-    except KafkaException as exc:
-        raise GroupRefused(exc.args[0]) from exc
+    description = _answer(
+        lambda: admin.describe_consumer_groups([group], request_timeout=timeout_s)[group],
+        timeout_s,
+    )
     return len(description.members or ())
+
+
+def _answer(request: Callable[[], Future[Any]], timeout_s: float) -> Any:
+    """The request's answer, asked again while the group's coordinator is moving or loading
+    (a new cluster creates its offsets topic on the first group request), up to `timeout_s`.
+
+    Raises:
+        GroupRefused: any other error, or the coordinator still not ready at the deadline.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return request().result(timeout=timeout_s + 5)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() not in _COORDINATOR_NOT_READY or time.monotonic() >= deadline:
+                raise GroupRefused(error) from exc
+        time.sleep(COORDINATOR_RETRY_S)
 
 
 def group_error(

@@ -20,6 +20,7 @@ from kafka_txn_sink.testing.errors import TestbedError
 from kafka_txn_sink.testing.jars import (
     default_kafka_version,
     kafka_jars,
+    kafka_tools_jars,
     pyspark_version,
     read_versions,
     spark_jars,
@@ -44,6 +45,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     started = time.monotonic()
     kafka_dir = kafka_jars(args.kafka_version)
     print(f"kafka {args.kafka_version or default_kafka_version()}: {kafka_dir}")
+    print(f"kafka tools: {kafka_tools_jars(args.kafka_version)}")
     print(f"pyspark {pyspark_version()}; spark packages {spark_package_versions()}")
     for jar in spark_jars():
         print(f"spark jar: {jar}")

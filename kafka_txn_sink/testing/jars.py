@@ -145,6 +145,16 @@ def kafka_jars(version: str | None = None) -> Path:
     return out
 
 
+def kafka_tools_jars(version: str | None = None) -> Path:
+    """The directory holding Kafka's command-line tools of ``version`` (resolved on first use):
+    what ``kafka-consumer-groups.sh`` runs."""
+    version = version or default_kafka_version()
+    props = {"kafka.version": version, "log4j.version": pinned("LOG4J_VERSION")}
+    out = cache_dir() / f"kafka-tools-{version}"
+    _mvn_copy_dependencies(POMS_DIR / "kafka-tools.xml", props, out)
+    return out
+
+
 _JAR_NAME = re.compile(r"^(?P<artifact>.+)-(?P<version>\d+(?:\.\d+)+[^/]*)\.jar$")
 
 

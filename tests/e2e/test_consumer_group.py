@@ -1,0 +1,153 @@
+"""Option consumerGroup through real Spark and a real broker: the query's input offsets are
+committed to the group inside each batch's transactions, so `kafka-consumer-groups.sh --describe`
+shows the query's lag, and the group never holds offsets of rows a read_committed consumer cannot
+see yet, whatever the driver's kill point; a group with members or a source that is not Kafka is
+refused at the start, with nothing published."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from confluent_kafka import Consumer
+
+from kafka_txn_sink.testing.consumer_groups import describe_group, group_offsets
+from kafka_txn_sink.testing.topics import read_topic
+from kafka_txn_sink.verify.checkpoint import batch_end_offsets
+from tests.e2e.conftest import NEWEST, SPARK_LINES
+from tests.e2e.harness import (
+    Pipeline,
+    assert_exactly_once,
+    committed_report,
+    kill_group,
+    open_transactions,
+    produce_ids,
+    write_input_files,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+N = 1200  # three micro-batches of 400 over three input partitions
+
+
+def _with_group(pipeline: Pipeline) -> str:
+    group = f"g_{uuid.uuid4().hex[:8]}"
+    pipeline.options["consumerGroup"] = group
+    return group
+
+
+def _described(pipeline: Pipeline, group: str) -> dict[str, dict[int, int]]:
+    return group_offsets(describe_group(pipeline.bootstrap, group))
+
+
+def _end_of(pipeline: Pipeline, batch: int) -> dict[str, dict[int, int]]:
+    return batch_end_offsets(str(pipeline.checkpoint), batch)
+
+
+def test_the_group_holds_the_last_batch_end_offsets(pipeline: Pipeline) -> None:
+    group = _with_group(pipeline)
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
+
+    outcome = pipeline.run()
+
+    assert outcome.returncode == 0, outcome.error
+    assert_exactly_once(pipeline, ids)
+    batches = outcome.result["batches"]
+    assert isinstance(batches, list) and len(batches) >= 3
+    rows = describe_group(pipeline.bootstrap, group)
+    assert group_offsets(rows) == _end_of(pipeline, batches[-1])
+    assert sum(r.current or 0 for r in rows) == N and all(r.lag == 0 for r in rows), rows
+    decision = pipeline.open_log().decision(0)
+    assert decision is not None
+    [progress] = [p for p in decision.participants if p.progress is not None]
+    assert progress.transactional_id == f"{pipeline.sink_id}-0-g"
+    assert progress.progress is not None and progress.progress.group == group
+    assert progress.progress.offsets == _end_of(pipeline, 0)
+
+
+# Kill points of the commit with the group set; CI runs the one only this option has.
+KILLS = ["driver.after_decision", "driver.after_first_endtxn", "driver.before_progress_endtxn"]
+
+
+def kill_matrix() -> list[object]:
+    """Each kill point on both Spark lines; CI runs the progress point on the newest."""
+    return [
+        pytest.param(
+            line, point, id=f"{point}-{line}",
+            marks=() if (point, line) == (KILLS[-1], NEWEST) else (pytest.mark.full,),
+        )
+        for point in KILLS
+        for line in SPARK_LINES
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("pipeline", "point"), kill_matrix(), indirect=["pipeline"])
+def test_a_killed_driver_leaves_the_group_behind_the_visible_rows(
+    pipeline: Pipeline, point: str
+) -> None:
+    group = _with_group(pipeline)
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
+
+    process = pipeline.start(f"{point}=block@1")
+    pipeline.wait_reached(point, process)
+    kill_group(process)
+
+    # Killed in batch 1's commit: the group holds batch 0's end, never batch 1's.
+    assert _described(pipeline, group) == _end_of(pipeline, 0)
+    visible = committed_report(pipeline.bootstrap, pipeline.output, ids).seen
+    if point == "driver.before_progress_endtxn":  # batch 1's rows are out, its offsets not
+        assert visible == sum(sum(parts.values()) for parts in _end_of(pipeline, 1).values())
+    outcome = pipeline.run()
+
+    assert outcome.returncode == 0, outcome.error
+    assert_exactly_once(pipeline, ids)
+    last = outcome.result["batches"]
+    assert isinstance(last, list) and last
+    assert _described(pipeline, group) == _end_of(pipeline, last[-1])
+    assert sum(sum(parts.values()) for parts in _described(pipeline, group).values()) == N
+
+
+def test_a_group_with_an_active_member_is_refused(pipeline: Pipeline) -> None:
+    group = _with_group(pipeline)
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, 300)
+    member = Consumer(
+        {
+            "bootstrap.servers": pipeline.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    member.subscribe([pipeline.input])
+    try:
+        for _ in range(60):  # until the member has joined and holds its partitions
+            member.poll(0.5)
+            if member.assignment():
+                break
+        assert member.assignment(), "the member did not join its group"
+        outcome = pipeline.run()
+    finally:
+        member.close()
+
+    assert outcome.returncode != 0
+    assert f"consumer group {group} has 1 active member" in outcome.error, outcome.error
+    assert "consumerGroup" in outcome.error
+    assert committed_report(pipeline.bootstrap, pipeline.output, ids).seen == 0
+    assert read_topic(pipeline.bootstrap, pipeline.output, "read_uncommitted") == []
+    assert open_transactions(pipeline.bootstrap, pipeline.sink_id) == []
+
+
+def test_a_source_that_is_not_kafka_is_refused(pipeline: Pipeline) -> None:
+    _with_group(pipeline)
+    pipeline.input_dir = pipeline.workdir / "input"
+    rows = [(f"id-{i}", json.dumps({"n": i})) for i in range(20)]
+    write_input_files(pipeline.input_dir, rows, files=2)
+
+    outcome = pipeline.run()
+
+    assert outcome.returncode != 0
+    assert "names no Kafka topic" in outcome.error and "consumerGroup" in outcome.error, (
+        outcome.error
+    )
+    assert read_topic(pipeline.bootstrap, pipeline.output, "read_uncommitted") == []
+    assert open_transactions(pipeline.bootstrap, pipeline.sink_id) == []
