@@ -35,7 +35,7 @@ from kafka_txn_sink.protocol.messages import (
 )
 from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.txn_ids import progress_id
-from kafka_txn_sink.verify.checkpoint import batch_end_offsets, newest_batch
+from kafka_txn_sink.spark_checkpoint import batch_end_offsets, newest_batch
 
 
 def batch_progress(options: SinkOptions, batch_id: int) -> GroupProgress | None:

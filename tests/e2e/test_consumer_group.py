@@ -12,9 +12,9 @@ import uuid
 import pytest
 from confluent_kafka import Consumer
 
+from kafka_txn_sink.spark_checkpoint import batch_end_offsets
 from kafka_txn_sink.testing.consumer_groups import describe_group, group_offsets
 from kafka_txn_sink.testing.topics import read_topic
-from kafka_txn_sink.verify.checkpoint import batch_end_offsets
 from tests.e2e.conftest import NEWEST, SPARK_LINES
 from tests.e2e.harness import (
     Pipeline,
