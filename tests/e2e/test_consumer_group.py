@@ -12,17 +12,20 @@ import uuid
 import pytest
 from confluent_kafka import Consumer
 
+from kafka_txn_sink.protocol.messages import PROGRESS_PARTITION
 from kafka_txn_sink.spark_checkpoint import batch_end_offsets
 from kafka_txn_sink.testing.consumer_groups import describe_group, group_offsets
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.conftest import NEWEST, SPARK_LINES
 from tests.e2e.harness import (
+    PAST_TIMEOUT,
     Pipeline,
     assert_exactly_once,
     committed_report,
     kill_group,
     open_transactions,
     produce_ids,
+    wait_until_aborted,
     write_input_files,
 )
 
@@ -151,3 +154,45 @@ def test_a_source_that_is_not_kafka_is_refused(pipeline: Pipeline) -> None:
     )
     assert read_topic(pipeline.bootstrap, pipeline.output, "read_uncommitted") == []
     assert open_transactions(pipeline.bootstrap, pipeline.sink_id) == []
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "driver.before_progress_endtxn",
+        pytest.param("driver.after_decision", marks=pytest.mark.full),
+    ],
+)
+def test_a_progress_aborted_by_the_timeout_is_committed_again_by_the_replay(
+    pipeline: Pipeline, point: str
+) -> None:
+    """Killed in batch 1's commit and restarted after the transaction timeout: at the progress
+    point only the group's offsets are lost (the rows are visible), after the decision both;
+    the replay's repair writes what was lost, and the group then holds the last batch's end."""
+    group = _with_group(pipeline)
+    pipeline.options.update(PAST_TIMEOUT)
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, 500)  # batches of 400 and 100
+    process = pipeline.start(f"{point}=block@1")
+    pipeline.wait_reached(point, process)
+    kill_group(process)
+    decision = pipeline.open_log().decision(1)
+    assert decision is not None
+    txn_ids = [p.transactional_id for p in decision.participants]
+    wait_until_aborted(pipeline.bootstrap, txn_ids, "the timeout abort of batch 1")
+    assert _described(pipeline, group) == _end_of(pipeline, 0)
+
+    outcome = pipeline.run()
+
+    assert outcome.returncode == 0, outcome.error
+    assert_exactly_once(pipeline, ids)
+    log = pipeline.open_log()
+    completion, repair = log.completion(1), log.repair(1, 1)
+    assert completion is not None and repair is not None
+    lost = sorted(x.partition for x in completion.lost)
+    if point == "driver.before_progress_endtxn":
+        assert lost == [PROGRESS_PARTITION]
+        assert [p.partition for p in repair.participants] == [PROGRESS_PARTITION]
+    else:
+        assert PROGRESS_PARTITION in lost and len(lost) == len(decision.participants)
+    assert _described(pipeline, group) == _end_of(pipeline, 1)
+    assert sum(sum(parts.values()) for parts in _described(pipeline, group).values()) == 500
