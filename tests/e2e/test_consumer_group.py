@@ -12,6 +12,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer
 
+from kafka_txn_sink import cli
 from kafka_txn_sink.protocol.messages import PROGRESS_PARTITION
 from kafka_txn_sink.spark_checkpoint import batch_end_offsets
 from kafka_txn_sink.testing.consumer_groups import describe_group, group_offsets
@@ -48,7 +49,9 @@ def _end_of(pipeline: Pipeline, batch: int) -> dict[str, dict[int, int]]:
     return batch_end_offsets(str(pipeline.checkpoint), batch)
 
 
-def test_the_group_holds_the_last_batch_end_offsets(pipeline: Pipeline) -> None:
+def test_the_group_holds_the_last_batch_end_offsets(
+    pipeline: Pipeline, capsys: pytest.CaptureFixture[str]
+) -> None:
     group = _with_group(pipeline)
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
 
@@ -67,6 +70,17 @@ def test_the_group_holds_the_last_batch_end_offsets(pipeline: Pipeline) -> None:
     assert progress.transactional_id == f"{pipeline.sink_id}-0-g"
     assert progress.progress is not None and progress.progress.group == group
     assert progress.progress.offsets == _end_of(pipeline, 0)
+    # The command that starts a new checkpoint where the group is.
+    capsys.readouterr()
+    code = cli.main(
+        ["--json", "group-offsets", "--bootstrap", pipeline.bootstrap, "--group", group]
+    )
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0
+    end = _end_of(pipeline, batches[-1])
+    assert printed["startingOffsets"] == {
+        t: {str(p): o for p, o in parts.items()} for t, parts in end.items()
+    }
 
 
 # Kill points of the commit with the group set; CI runs the one only this option has.
