@@ -19,12 +19,17 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kafka_txn_sink.errors import ConfigError, KafkaTxnSinkError
 from kafka_txn_sink.group_options import CONSUMER_GROUP
 from kafka_txn_sink.kafka.cluster import Cluster, client_config
-from kafka_txn_sink.kafka.permissions import group_permission, refused
+from kafka_txn_sink.kafka.permissions import (
+    Permission,
+    group_permission,
+    refused,
+    topic_permission,
+)
 from kafka_txn_sink.kafka.producer import TaskTransaction
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.messages import (
@@ -130,7 +135,7 @@ class ProgressTransaction(TaskTransaction):
             step = f"committing the offsets of group {progress.group} in {self.transactional_id}"
             raise refused(
                 error.code(), error.str(), self._config, step,
-                group_permission("Read", progress.group), self.transactional_id,
+                _needed(error.code(), progress), self.transactional_id,
             ) or KafkaTxnSinkError(f"{step} failed: {error.str()}") from exc  # fmt: skip
 
     def open_triple(self) -> Triple:
@@ -138,6 +143,14 @@ class ProgressTransaction(TaskTransaction):
         triple = self._read_triple()
         self.detach()
         return triple
+
+
+def _needed(code: int, progress: GroupProgress) -> Permission:
+    """What TxnOffsetCommit lacks: Read on an input topic (the first; each needs it), or Read on
+    the group."""
+    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return topic_permission("Read", min(progress.offsets))
+    return group_permission("Read", progress.group)
 
 
 def _group_metadata(options: SinkOptions, group: str) -> Any:
