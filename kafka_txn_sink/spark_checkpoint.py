@@ -15,15 +15,16 @@ from typing import Any
 
 from kafka_txn_sink.errors import ConfigError, KafkaTxnSinkError
 from kafka_txn_sink.protocol.messages import GroupOffsets
-from kafka_txn_sink.storage import S3Settings, Storage, open_storage
+from kafka_txn_sink.storage import S3Settings, Storage, open_storage, parse_location
 
 BATCH_FILE = re.compile(r"^(commits|offsets)/(\d+)$")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")
 
 
 def newest_batch(uri: str, s3: S3Settings | None = None) -> int | None:
     """The newest batch in the checkpoint's `offsets/` (the batch about to run, in
     `streamWriter()`), None before the first."""
-    batches = (BATCH_FILE.match(n) for n in open_storage(as_s3(uri), s3).list("offsets/"))
+    batches = (BATCH_FILE.match(n) for n in _storage(uri, s3).list("offsets/"))
     return max((int(m.group(2)) for m in batches if m), default=None)
 
 
@@ -34,7 +35,7 @@ def batch_end_offsets(uri: str, batch_id: int, s3: S3Settings | None = None) -> 
     Raises:
         ConfigError: the checkpoint has no such file, or the file names no Kafka topic.
     """
-    storage = open_storage(as_s3(uri), s3)
+    storage = _storage(uri, s3)
     name = f"offsets/{batch_id}"
     found = source_offsets(read_text(storage, name, uri), skip=2)
     if not found:
@@ -43,6 +44,20 @@ def batch_end_offsets(uri: str, batch_id: int, s3: S3Settings | None = None) -> 
             f"a query that reads Kafka (Spark's kafka source)"
         )
     return found
+
+
+def _storage(uri: str, s3: S3Settings | None) -> Storage:
+    """The checkpoint's files; a location the sink cannot read is named as the option."""
+    location = as_s3(uri)
+    if location.lower().startswith("file:") and not location.lower().startswith("file://"):
+        location = location[len("file:") :]  # Hadoop's file:/path
+    elif _SCHEME.match(location) and not location.lower().startswith(("s3://", "file://")):
+        raise ConfigError(
+            f"checkpointLocation {uri!r}: the sink reads Spark's offsets from a local path, "
+            f"file:// or s3:// (s3a://) only"
+        )
+    parse_location(location, "checkpointLocation", ConfigError)
+    return open_storage(location, s3)
 
 
 def as_s3(uri: str) -> str:

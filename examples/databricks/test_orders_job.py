@@ -2,7 +2,8 @@
 
 A real broker and the connector jars come from the fixtures of ``kafka_txn_sink.testing``. Two
 runs of the job over the same input and checkpoint: the second finds nothing new, so a
-read_committed consumer sees every input record exactly once.
+read_committed consumer sees every input record exactly once, and the job's consumer group
+(option consumerGroup) shows every input record read.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from kafka_txn_sink.testing import AnyKafkaBroker, read_committed
+from kafka_txn_sink.testing.consumer_groups import describe_group
 
 JOB = Path(__file__).with_name("orders_job.py")
 RECORDS = [(f"k{n}", json.dumps({"order_id": f"o-{n}", "amount": n})) for n in range(50)]
@@ -62,6 +64,7 @@ def test_job_copies_each_record_once_across_two_runs(
         "--checkpoint", str(tmp_path / "checkpoint"),
         "--max-offsets-per-trigger", "20",
         "--sink-option", "kafka.linger.ms=5",
+        "--sink-option", f"consumerGroup=orders_copy_{name}",
     ]  # fmt: skip
 
     first = spark_submit(kts_spark_jars, *job_args)
@@ -73,3 +76,6 @@ def test_job_copies_each_record_once_across_two_runs(
         "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value"
     )
     assert_df_equality(seen, records, ignore_row_order=True, ignore_nullable=True)
+    # The group shows the job's progress: every input record read, no lag.
+    rows = describe_group(kts_kafka.bootstrap, f"orders_copy_{name}")
+    assert sum(r.current or 0 for r in rows) == len(RECORDS) and all(r.lag == 0 for r in rows)

@@ -148,6 +148,11 @@ class Sink:
         return f"chaos_refs_{self.name}"
 
     @property
+    def group(self) -> str:
+        """The consumer group the sink commits its input offsets to (option consumerGroup)."""
+        return f"chaos_group_{self.name}"
+
+    @property
     def bucket(self) -> str:
         return f"chaos-{self.name}".replace("_", "-").lower()
 
@@ -185,6 +190,7 @@ class Sink:
             "commitLogTimeoutMs": "12000",
             "commitTimeoutMs": "10000",
             "commitLogFormat": self.log_format,
+            "consumerGroup": self.group,
         }
         return QuerySpec(
             bootstrap=bed.bootstrap,

@@ -51,6 +51,8 @@ class OracleReport:
     inflight_not_as_delivered: list[str] = field(default_factory=list)
     # gone trials not settled as committed, vacuum trials that deleted files in flight
     retention_faults_failed: list[str] = field(default_factory=list)
+    # after a trial or the drain, the consumer group not at a completed batch's end (group.py)
+    group_not_at_a_batch_end: list[str] = field(default_factory=list)
     decided_batches: int = 0
     orphan_files: int = 0  # uploaded by failed attempts, in no decision: expected, not anomalies
 
@@ -72,6 +74,7 @@ class OracleReport:
             "late attempts not skipped": self.late_attempts_not_skipped,
             "in-doubt decisions not settled as delivered": self.inflight_not_as_delivered,
             "retention faults not settled as expected": self.retention_faults_failed,
+            "consumer group not at a completed batch's end": self.group_not_at_a_batch_end,
         }
 
     @property

@@ -38,6 +38,7 @@ from kafka_txn_sink.testing import spark_jars
 from tests.chaos import query
 from tests.chaos.bed import Bed, Sink, load_bucket, own_bed, save_bucket
 from tests.chaos.faults import STRIKES, late_anomalies, trial_spec
+from tests.chaos.group import group_anomalies, group_anomaly
 from tests.chaos.inflight import inflight_anomalies
 from tests.chaos.oracle import OracleReport, oracle, verify_command
 from tests.chaos.query import FaultNotFired, finish
@@ -69,6 +70,7 @@ class Outcome:
     seconds: float
     # `kafka-txn-sink verify` on the same sink: exit code and the kinds of anomaly it found.
     verified: dict[str, Any] = field(default_factory=dict)
+    group: str = ""  # the sink's consumer group (option consumerGroup)
 
     @property
     def faults_struck(self) -> bool:
@@ -108,6 +110,10 @@ def run_suite(
         report.late_attempts_not_skipped = late_anomalies(state.results)
         report.inflight_not_as_delivered = inflight_anomalies(state.results)
         report.retention_faults_failed = retention_anomalies(state.results)
+        final = group_anomaly(bed, sink, final=True)
+        report.group_not_at_a_batch_end = [
+            *group_anomalies(state.results), *([f"after the drain: {final}"] if final else [])
+        ]
         verified = verify_command(bed, sink)
         state.body["checks"].append(
             {"at": time.time(), "drain": drained, **report.counts(), "verify": verified}
@@ -116,8 +122,9 @@ def run_suite(
     finally:
         stop_everything(context)
     return Outcome(
-        seed, schedule, ran, state.results, drained, report, time.monotonic() - started, verified
-    )
+        seed, schedule, ran, state.results, drained, report, time.monotonic() - started, verified,
+        sink.group,
+    )  # fmt: skip
 
 
 def prepare(context: Context) -> None:
@@ -194,8 +201,17 @@ def run_trial(context: Context, index: int, fault: Fault) -> dict[str, Any]:
                 running.kill()
                 result.update(running.notes)
     result["failed_starts"] = failed_starts
+    result["group"] = checked_group(context)
     result["seconds"] = round(time.monotonic() - started, 1)
     return result
+
+
+def checked_group(context: Context) -> str:
+    """"ok", or why the group is not where the log says after this trial (group.py)."""
+    try:
+        return group_anomaly(context.bed, context.sink) or "ok"
+    except Exception as exc:  # the check itself failed: reported, as an anomaly
+        return f"the check failed: {exc!r}"[:600]
 
 
 def held_batches(results: Iterable[dict[str, Any]]) -> set[int]:

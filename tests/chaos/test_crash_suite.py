@@ -17,6 +17,7 @@ from rich.console import Console
 
 from kafka_txn_sink.failpoints import DRIVER_POINTS, TASK_POINTS
 from tests.chaos.bed import S3, Bed, Broker
+from tests.chaos.group import group_offsets
 from tests.chaos.schedule import short_schedule
 from tests.chaos.suite import INITIAL_IDS, run_suite
 
@@ -50,3 +51,8 @@ def test_short_crash_suite_is_exactly_once(
     anomalies = {name: items[:5] for name, items in report.anomalies().items() if items}
     assert anomalies == {}, anomalies
     assert outcome.verified["exit"] == 0, outcome.verified
+    # The query's consumer group (option consumerGroup) has read every input record, and was at
+    # a completed batch's end after every trial (the oracle's group check, empty above).
+    group = group_offsets(bed.bootstrap, outcome.group)
+    assert sum(o for parts in group.values() for o in parts.values()) == report.input_ids
+    assert all(r.get("group") == "ok" for r in outcome.ran), [r.get("group") for r in outcome.ran]

@@ -37,6 +37,7 @@ from kafka_txn_sink.protocol.messages import (
 from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 from kafka_txn_sink.protocol.txn_ids import is_progress_id, owns, progress_id, slot_of
+from kafka_txn_sink.spark_checkpoint import batch_end_offsets, newest_batch
 from kafka_txn_sink.testing.consumer_groups import group_offsets, parse_describe
 from tests.unit.test_decide import SINK, FakeCluster, FakeTxnAdmin
 
@@ -327,3 +328,14 @@ def test_the_describe_table_is_read_by_its_headers() -> None:
     rows = parse_describe(text)
     assert [(r.partition, r.current, r.lag) for r in rows] == [(0, 30, 1), (1, None, None)]
     assert group_offsets(rows) == {"in": {0: 30}}
+
+
+def test_the_offsets_are_read_from_spark_checkpoint_forms(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path / "c", 2)
+    assert newest_batch(str(checkpoint)) == 1
+    assert newest_batch(f"file:{checkpoint}") == 1  # Hadoop's form
+    assert batch_end_offsets(f"file://{checkpoint}", 0) == END
+    with pytest.raises(ConfigError, match=r"checkpointLocation 'dbfs:/c'"):
+        newest_batch("dbfs:/c")
+    with pytest.raises(ConfigError, match="offsets/7 is missing"):
+        batch_end_offsets(str(checkpoint), 7)
