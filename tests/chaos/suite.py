@@ -207,7 +207,7 @@ def run_trial(context: Context, index: int, fault: Fault) -> dict[str, Any]:
 
 
 def checked_group(context: Context) -> str:
-    """"ok", or why the group is not where the log says after this trial (group.py)."""
+    """Why the group is not where the log says after this trial (group.py), or "ok"."""
     try:
         return group_anomaly(context.bed, context.sink) or "ok"
     except Exception as exc:  # the check itself failed: reported, as an anomaly

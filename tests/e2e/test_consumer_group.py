@@ -134,6 +134,7 @@ def test_a_killed_driver_leaves_the_group_behind_the_visible_rows(
     assert sum(sum(parts.values()) for parts in _described(pipeline, group).values()) == N
 
 
+@pytest.mark.full  # CI: tests/integration/test_group_start.py, without Spark
 def test_a_group_with_an_active_member_is_refused(pipeline: Pipeline) -> None:
     group = _with_group(pipeline)
     ids = produce_ids(pipeline.bootstrap, pipeline.input, 300)
@@ -163,6 +164,7 @@ def test_a_group_with_an_active_member_is_refused(pipeline: Pipeline) -> None:
     assert open_transactions(pipeline.bootstrap, pipeline.sink_id) == []
 
 
+@pytest.mark.full  # CI: tests/integration/test_group_start.py, without Spark
 def test_a_source_that_is_not_kafka_is_refused(pipeline: Pipeline) -> None:
     _with_group(pipeline)
     pipeline.input_dir = pipeline.workdir / "input"
