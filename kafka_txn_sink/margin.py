@@ -43,7 +43,12 @@ class Step:
 
 
 def commit_path(
-    commit_log_timeout_ms: int, commit_timeout_ms: int, clock_skew_ms: int, log_format: str
+    commit_log_timeout_ms: int,
+    commit_timeout_ms: int,
+    clock_skew_ms: int,
+    log_format: str,
+    *,
+    progress: bool = False,
 ) -> tuple[Step, ...]:
     """Every step between the prepare check's reading of its clock and the last EndTxn(commit)
     of a batch this driver decides, with its bound (L = commitLogTimeoutMs, C =
@@ -59,7 +64,10 @@ def commit_path(
        DELTA_COMMIT_ATTEMPTS rounds: L each (local storage is counted as S3);
     4. the completion check before phase 2 (`Settler.complete` reads the completion marker): L;
     5. the EndTxn rounds (END_TXN_ROUNDS, each with a deadline of C): the last EndTxn(commit) is
-       sent within the last round.
+       sent within the last round;
+    6. with `progress` (option consumerGroup, protocol/progress.py): the wait for the rows'
+       commit markers (C), then the progress transaction's own EndTxn round (C). Only the
+       progress transaction needs them, but one margin serves every participant.
 
     Not on the path: the DescribeTransactions of the check itself (its clock is read after the
     answer); the abort of stray transactions (only beside a decision found in the log, whose
@@ -76,7 +84,13 @@ def commit_path(
             f"{END_TXN_ROUNDS} EndTxn rounds of commitTimeoutMs",
             END_TXN_ROUNDS * commit_timeout_ms,
         ),
-    )
+        *(
+            (Step("consumerGroup: the markers' wait and the progress EndTxn, commitTimeoutMs "
+                  "each", 2 * commit_timeout_ms),)
+            if progress
+            else ()
+        ),
+    )  # fmt: skip
 
 
 def margin_ms(

@@ -310,22 +310,17 @@ class SinkOptions:
     def margin_ms(self) -> int:
         """Time a prepared transaction must still have when the driver decides to commit it:
         every step from the prepare check to the last EndTxn at its deadline (margin.py)."""
-        return margin.margin_ms(
-            self.commit_log_timeout_ms,
-            self.commit_timeout_ms,
-            self.clock_skew_ms,
-            self.commit_log_format,
-        )
+        return sum(step.bound_ms for step in self._commit_path())
 
     def explain_margin(self) -> str:
         """The steps `margin_ms` adds up, for messages (margin.commit_path)."""
-        steps = margin.commit_path(
-            self.commit_log_timeout_ms,
-            self.commit_timeout_ms,
-            self.clock_skew_ms,
-            self.commit_log_format,
-        )
-        return margin.explain(steps)
+        return margin.explain(self._commit_path())
+
+    def _commit_path(self) -> tuple[margin.Step, ...]:
+        return margin.commit_path(
+            self.commit_log_timeout_ms, self.commit_timeout_ms, self.clock_skew_ms,
+            self.commit_log_format, progress=self.progress is not None,
+        )  # fmt: skip
 
     @property
     def client_timeout_s(self) -> float:

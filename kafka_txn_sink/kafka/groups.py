@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
@@ -124,6 +125,8 @@ def _answer(request: Callable[[], Future[Any]], timeout_s: float) -> Any:
     while True:
         try:
             return request().result(timeout=timeout_s + 5)
+        except FutureTimeout as exc:
+            raise GroupRefused(KafkaError(KafkaError._TIMED_OUT, "no answer")) from exc
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             if error.code() not in _COORDINATOR_NOT_READY or time.monotonic() >= deadline:
@@ -137,7 +140,13 @@ def group_error(
     """The error for a refused group request: a denial names `operation` on the group."""
     error = exc.error
     denial = refused(error.code(), error.str(), kafka, step, group_permission(operation, group))
-    return denial or KafkaUnavailableError(f"{step} failed: {error.str()}")
+    pending = (
+        " (a transaction's offsets for the group are pending: a batch is being committed; "
+        "ask again)"
+        if error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT
+        else ""
+    )
+    return denial or KafkaUnavailableError(f"{step} failed: {error.str()}{pending}")
 
 
 def as_starting_offsets(offsets: GroupOffsets) -> dict[str, Any]:

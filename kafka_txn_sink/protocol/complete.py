@@ -104,13 +104,19 @@ class Settler:
         existing = self._log.completion(decision.batch_id, decision.level)
         if existing is not None:
             return Settled(existing, newly_written=False)
-        lost = self._commit_all(decision)
+        data = [p for p in decision.participants if p.progress is None]
+        lost = self._commit_data(decision, data)
         republish = self._republish(decision, [p for p, _ in lost if p.files])
+        lost = [(p, reason) for p, reason in lost if _still_lost(p, republish)]
+        for progress in (p for p in decision.participants if p.progress is not None):
+            # Last, once the rows (and references published again) are visible: progress.py.
+            written = [p.triple for p in data] + ([republish.triple] if republish else [])
+            lost += self._end_progress(decision, progress, written, rows_lost=bool(lost))
         completion = Completion(
             sink_id=self._sink_id,
             batch_id=decision.batch_id,
             completed_at_ms=now_ms(),
-            lost=tuple(_lost(p, reason) for p, reason in lost if _still_lost(p, republish)),
+            lost=tuple(_lost(p, reason) for p, reason in lost),
             republished=republish.partitions if republish is not None else (),
             level=decision.level,
         )
@@ -200,14 +206,6 @@ class Settler:
             )
         return answer.fate is Fate.COMMITTED
 
-    def _commit_all(self, decision: Decision) -> list[tuple[Participant, str]]:
-        data = [p for p in decision.participants if p.progress is None]
-        lost = self._commit_data(decision, data)
-        progress = [p for p in decision.participants if p.progress is not None]
-        for participant in progress:  # at most one: a decision's, or a repair's
-            lost += self._end_progress(decision, participant, data, rows_lost=bool(lost))
-        return lost
-
     def _commit_data(
         self, decision: Decision, participants: list[Participant]
     ) -> list[tuple[Participant, str]]:
@@ -247,29 +245,26 @@ class Settler:
         self,
         decision: Decision,
         participant: Participant,
-        data: Sequence[Participant],
+        written: Sequence[Triple],
         rows_lost: bool,
     ) -> list[tuple[Participant, str]]:
-        """End the progress transaction after the rows (progress.py): commit it once every
-        row is visible; abort it, recorded lost, when a row of the batch was lost.
+        """End the progress transaction after the transactions that `written` names
+        (progress.py): commit it once their rows are visible; abort it, recorded lost, when a
+        row of the batch was lost.
 
         Raises:
             TransactionCompletionError: the rows' markers are not all out within the deadline,
                 or the progress transaction's fate is still open.
         """
-        assert participant.progress is not None
         if rows_lost:
             [result] = self.abort([participant.triple])
             if not result.ok:
-                answer = self._settle_progress(participant, result.error or "unknown")
-                if answer.fate is Fate.COMMITTED:  # the design forbids it: say so
-                    raise TransactionCompletionError(
-                        f"batch {decision.batch_id}: rows were lost, yet group "
-                        f"{participant.progress.group} holds the batch's end offsets "
-                        f"({answer.evidence}); were the group's offsets changed by hand?"
-                    )
+                # Open: ask again later. Committed can only mean that the group held these
+                # offsets already (a batch that read nothing new): recording it lost costs a
+                # repair that commits the same offsets again.
+                self._settle_progress(participant, result.error or "unknown")
             return [(participant, PROGRESS_LOST)]
-        self._wait_for_markers(decision, data)
+        self._wait_for_markers(decision, written)
         failpoints.fire("driver.before_progress_endtxn", decision.batch_id)
         [result] = self._txn_admin.end_transactions(
             [participant.triple], commit=True, deadline_s=self._deadline_s
@@ -300,28 +295,29 @@ class Settler:
                     answer.evidence)  # fmt: skip
         return answer
 
-    def _wait_for_markers(self, decision: Decision, data: Sequence[Participant]) -> None:
-        """Wait until no row participant is PrepareCommit any more: its commit markers are
-        written, so its rows are visible before the group's offsets move.
+    def _wait_for_markers(self, decision: Decision, written: Sequence[Triple]) -> None:
+        """Wait until none of `written` is PrepareCommit any more: their commit markers are
+        written, so their rows are visible before the group's offsets move.
 
         Raises:
             TransactionCompletionError: some still are after the deadline.
         """
         deadline = time.monotonic() + self._deadline_s
-        pending = list(data)
+        pending, pause = list(written), MARKER_POLL_S
         while pending:
-            states = self._txn_admin.describe(p.transactional_id for p in pending)
-            pending = [p for p in pending if _preparing_commit(states.get(p.transactional_id), p)]
+            states = self._txn_admin.describe(t.transactional_id for t in pending)
+            pending = [t for t in pending if _preparing_commit(states.get(t.transactional_id), t)]
             if not pending:
                 return
             if time.monotonic() >= deadline:
                 raise TransactionCompletionError(
                     f"batch {decision.batch_id}: the commit markers of {len(pending)} "
-                    f"transaction(s) (e.g. {pending[0].triple}) were not written within "
+                    f"transaction(s) (e.g. {pending[0]}) were not written within "
                     f"{self._deadline_s:.0f} s, so the group's offsets are not committed yet; "
                     f"recovery retries on the next batch or restart"
                 )
-            time.sleep(MARKER_POLL_S)
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, MAX_MARKER_POLL_S)
 
     def _loss_cause(self, triple: Triple) -> str:
         """Why the coordinator no longer holds `triple`, from the id's producer and epoch now.
@@ -370,8 +366,10 @@ class Settler:
         return answer
 
 
-# How often the progress transaction's end polls for the rows' commit markers.
-MARKER_POLL_S = 0.01
+# How often the progress transaction's end polls for the rows' commit markers: from 5 ms,
+# doubling up to 100 ms.
+MARKER_POLL_S = 0.005
+MAX_MARKER_POLL_S = 0.1
 # Why a progress transaction is recorded lost when rows of its batch were.
 PROGRESS_LOST = "aborted with its batch's lost rows: the group moves when they are written again"
 # How a loss's cause reads in its reason (and how the advice finds it).
@@ -410,13 +408,13 @@ def time_left(
     return found
 
 
-def _preparing_commit(state: TxnState | None, participant: Participant) -> bool:
-    """The coordinator still writes this participant's commit markers (its producer id, in
+def _preparing_commit(state: TxnState | None, triple: Triple) -> bool:
+    """The coordinator still writes this transaction's commit markers (its producer id, in
     PrepareCommit; transaction version 2 bumps the epoch at EndTxn, so only the id is compared)."""
     return (
         state is not None
         and state.state == "PrepareCommit"
-        and state.producer_id == participant.triple.producer_id
+        and state.producer_id == triple.producer_id
     )
 
 
@@ -441,15 +439,15 @@ def _lost(participant: Participant, reason: str) -> LostParticipant:
 def describe_lost(lost: LostParticipant) -> str:
     """A lost participant as messages name it."""
     if lost.partition == PROGRESS_PARTITION:
-        return f"the consumer group's progress ({lost.triple.transactional_id})"
+        return f"the consumer group's offsets ({lost.triple.transactional_id})"
     return (
         f"Spark partition {lost.partition} ({lost.triple.transactional_id}, {lost.rows} rows, "
-        f"offsets { {t: dict(r) for t, r in lost.offsets.items()} }"
+        f"offsets { {t: dict(r) for t, r in lost.offsets.items()} })"
     )
 
 
 def _loss_message(completion: Completion) -> str:
-    parts = "; ".join(f"{describe_lost(x)}, {x.reason})" for x in completion.lost)
+    parts = "; ".join(f"{describe_lost(x)}: {x.reason}" for x in completion.lost)
     advice = []
     if any(TIMED_OUT in x.reason for x in completion.lost):
         advice.append(

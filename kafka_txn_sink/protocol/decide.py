@@ -265,13 +265,11 @@ class Committer:
         participants = tuple(Participant.from_task(t) for t in tasks if t.status == "prepared")
         progress = self._open_progress(batch_id)
         try:
-            return self._put(tasks, batch_id, query_id, round_, (*participants, *progress))
-        except DecisionInDoubtError:
-            raise  # the decision may still land, holding the progress transaction
+            decision = self._checked(tasks, batch_id, query_id, round_, (*participants, *progress))
         except BaseException:
-            if progress:
-                self._settler.abort([p.triple for p in progress])
+            self._abort_progress(progress, "the batch was not decided")
             raise
+        return self._put(decision, progress)
 
     def _open_progress(self, batch_id: int) -> tuple[Participant, ...]:
         """The progress transaction of the batch (option consumerGroup), open: progress.py."""
@@ -280,7 +278,7 @@ class Committer:
             return ()
         return (open_progress(self._options, self._run, progress),)
 
-    def _put(
+    def _checked(
         self,
         tasks: list[TaskCommit],
         batch_id: int,
@@ -288,7 +286,8 @@ class Committer:
         round_: int,
         participants: tuple[Participant, ...],
     ) -> Decision:
-        """Check the participants, then put the decision: ours, or an older run's."""
+        """The decision of `participants`, once checked open with time left, by a run that
+        still owns the sink."""
         failpoints.fire("driver.before_prepare_check", batch_id)
         self._check_prepared(participants, batch_id)
         has_progress = any(p.progress is not None for p in participants)
@@ -310,21 +309,36 @@ class Committer:
         # meanwhile. (A decision that still lands after a newer owner record counts, and the
         # newer run rolls it forward: runs.py.)
         check_current(self._options.sink_id, self._log, self._run)
-        found = self._put_decision(decision)
+        return decision
+
+    def _put(self, decision: Decision, progress: tuple[Participant, ...]) -> Decision:
+        """Put the decision: ours, or an older run's. Our progress transaction is aborted only
+        once another record holds the key; never while ours may land or has landed."""
+        try:
+            found = self._put_decision(decision)
+        except CommitLogConflictError:
+            self._abort_progress(progress, "another record holds the batch's outcome key")
+            raise
         if found is not decision:
+            self._abort_progress(progress, "an older run's decision holds the batch")
             check_decided_by(found, self._run, self._log)
             log.warning(
                 "batch %d of sink %s was decided by run %s first; rolling that decision forward",
-                batch_id,
+                decision.batch_id,
                 self._options.sink_id,
                 found.run,
             )
-            ours = [p.triple for p in participants if p.progress is not None]
-            if ours:  # the older decision holds its own progress transaction, if any
-                self._settler.abort(ours)
             return found  # an older run's decision counts: commit() completes it
-        failpoints.fire("driver.after_decision", batch_id)
+        failpoints.fire("driver.after_decision", decision.batch_id)
         return decision
+
+    def _abort_progress(self, progress: tuple[Participant, ...], why: str) -> None:
+        if not progress:
+            return
+        for result in self._settler.abort([p.triple for p in progress]):
+            if not result.ok:  # the coordinator's timeout or the clean-up aborts it instead
+                log.warning("abort of progress %s (%s) failed: %s", result.triple, why,
+                            result.error)  # fmt: skip
 
     def _put_decision(self, decision: Decision) -> Decision:
         """Put `decision` at its round of the batch's outcome key; returns it, or the decision

@@ -113,6 +113,16 @@ def open_progress(options: SinkOptions, run: RunRef, progress: GroupProgress) ->
     )  # fmt: skip
 
 
+# What the group coordinator answers an outside client's TxnOffsetCommit once the group has
+# members.
+_MEMBERS_ERRORS = (
+    KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.ILLEGAL_GENERATION,
+    KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError.FENCED_INSTANCE_ID,
+)
+
+
 class ProgressTransaction(TaskTransaction):
     """A transaction that writes no records, only a consumer group's offsets."""
 
@@ -133,10 +143,16 @@ class ProgressTransaction(TaskTransaction):
         except KafkaException as exc:
             error = exc.args[0]
             step = f"committing the offsets of group {progress.group} in {self.transactional_id}"
+            hint = (
+                f": a consumer joined group {progress.group} (option {CONSUMER_GROUP} needs a "
+                f"group no consumer joins)"
+                if error.code() in _MEMBERS_ERRORS
+                else ""
+            )
             raise refused(
                 error.code(), error.str(), self._config, step,
                 _needed(error.code(), progress), self.transactional_id,
-            ) or KafkaTxnSinkError(f"{step} failed: {error.str()}") from exc  # fmt: skip
+            ) or KafkaTxnSinkError(f"{step} failed: {error.str()}{hint}") from exc  # fmt: skip
 
     def open_triple(self) -> Triple:
         """The open transaction's triple; the client is dropped unclosed, so it stays open."""

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REFUSED = "not repaired: no task of the replay wrote the same records"
+NO_GROUP = "not repaired: the query has no option consumerGroup now"
 
 
 @dataclass(frozen=True)
@@ -288,28 +289,28 @@ class Repairer:
         self._abort(t for t in tasks if t.status == "prepared" and t.triple not in chosen)
         progress_lost = [x for x in waiting if x.partition == PROGRESS_PARTITION]
         progress = self._progress(decision.batch_id) if progress_lost else ()
+        refusals = [replace(x, reason=f"{x.reason}; {REFUSED}") for x in refused]
         if not progress:  # without option consumerGroup now: its offsets stay uncommitted
-            refused, progress_lost = [*refused, *progress_lost], []
+            refusals += [replace(x, reason=f"{x.reason}; {NO_GROUP}") for x in progress_lost]
+            progress_lost = []
         participants = (*(Participant.from_task(t) for t, _ in matched), *progress)
+        repaired = [*(x.triple for _, x in matched), *(x.triple for x in progress_lost)]
         try:
-            repair, ours = self._put(decision, level, participants, len(tasks), refused, [
-                *(x.triple for _, x in matched), *(x.triple for x in progress_lost)
-            ])  # fmt: skip
-        except DecisionInDoubtError:
-            raise  # the repair may still land, holding the progress transaction
+            repair = self._checked(decision, level, participants, len(tasks), refusals, repaired)
         except BaseException:
-            self._settler.abort([p.triple for p in progress])
+            self._abort_progress(progress)
             raise
-        if not ours:
+        holder, ours = self._put(repair)
+        if not ours:  # the level is another run's: ours can never be committed
             self._abort(t for t in tasks if t.status == "prepared" and t.triple in chosen)
-            self._settler.abort([p.triple for p in progress])
-        return repair, ours
+            self._abort_progress(progress)
+        return holder, ours
 
     def _progress(self, batch_id: int) -> tuple[Participant, ...]:
         """A new progress transaction for the batch (progress.py), none without an opener."""
         return () if self._open_progress is None else (self._open_progress(batch_id),)
 
-    def _put(
+    def _checked(
         self,
         decision: Decision,
         level: int,
@@ -317,9 +318,9 @@ class Repairer:
         tasks: int,
         refused: list[LostParticipant],
         repaired: list[Triple],
-    ) -> tuple[Decision, bool]:
-        """Check the repair's participants, then put it; the repair that holds the level, and
-        whether it is ours."""
+    ) -> Decision:
+        """The repair of `level`, once its participants are open with time left, by a run
+        that still owns the sink."""
         self._check_open(decision.batch_id, participants)
         repair = replace(
             decision,
@@ -331,23 +332,31 @@ class Repairer:
             round=0,
             level=level,
             repaired=tuple(repaired),
-            refused=tuple(replace(x, reason=f"{x.reason}; {REFUSED}") for x in refused),
+            refused=tuple(refused),
         )
         check_current(self._sink_id, self._log, self._run)
+        return repair
+
+    def _put(self, repair: Decision) -> tuple[Decision, bool]:
+        """Put the repair; the repair that holds its level, and whether it is ours.
+
+        Raises:
+            DecisionInDoubtError: the write got no answer; it may still land.
+        """
         try:
             holder = self._log.put_repair(repair)
         except CommitLogError as exc:
             raise DecisionInDoubtError(
-                f"batch {decision.batch_id} of sink {self._sink_id}: repair {level} could not be "
-                f"written to {self._log.uri} and its outcome is unknown ({exc}); the next run "
-                f"settles it"
+                f"batch {repair.batch_id} of sink {self._sink_id}: repair {repair.level} could "
+                f"not be written to {self._log.uri} and its outcome is unknown ({exc}); the next "
+                f"run settles it"
             ) from exc
         ours = holder.same_decision(repair)
         if not ours:
             log.warning(
                 "repair %d of batch %d was recorded by run %s first; aborting ours",
-                level,
-                decision.batch_id,
+                repair.level,
+                repair.batch_id,
                 holder.run,
             )
         return holder, ours
@@ -361,6 +370,10 @@ class Repairer:
                     f"time left (the coordinator reports {state}); nothing of the repair is "
                     f"recorded and the batch runs again"
                 )
+
+    def _abort_progress(self, progress: tuple[Participant, ...]) -> None:
+        if progress:
+            self._settler.abort([p.triple for p in progress])
 
     def _abort(self, tasks: Iterable[TaskCommit]) -> None:
         triples = [t.prepared_triple for t in tasks if t.status == "prepared"]
@@ -386,7 +399,7 @@ def match(
 
 
 def _describe(lost: Sequence[LostParticipant]) -> str:
-    return "; ".join(f"{describe_lost(x)})" for x in lost)
+    return "; ".join(describe_lost(x) for x in lost)
 
 
 def _waiting_message(decision: Decision, waiting: Sequence[LostParticipant]) -> str:

@@ -54,12 +54,6 @@ def progress_id(sink_id: str, *, slot: int) -> str:
     return f"{sink_id}-{slot}-{PROGRESS}"
 
 
-def is_progress_id(sink_id: str, txn_id: str) -> bool:
-    """Whether `txn_id` is one of this sink's progress ids."""
-    match = id_pattern(sink_id).match(txn_id)
-    return match is not None and match.group(3) is not None
-
-
 def republish_id(sink_id: str) -> str:
     """The id of the republish transactions: `{sinkId}-republish`."""
     return f"{sink_id}-{REPUBLISH}"

@@ -16,6 +16,7 @@ import numpy as np
 
 from kafka_txn_sink.commit_log import LogFormat, detect_format, open_commit_log
 from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.protocol.messages import PROGRESS_PARTITION
 from kafka_txn_sink.verify.checkpoint import read_checkpoint
 from kafka_txn_sink.verify.files import FileChecks, FilesSpec, ReferenceSeen, take_references
 from kafka_txn_sink.verify.ids import IdSource, IdStore, compare
@@ -177,7 +178,15 @@ class _Run:
             }
             for b, view in sorted(log.batches.items())
             for x in view.unrepaired()
+            if x.partition != PROGRESS_PARTITION
         ]
+        groups = [b for b, view in sorted(log.batches.items())
+                  if any(x.partition == PROGRESS_PARTITION for x in view.unrepaired())]  # fmt: skip
+        if groups:
+            self.notes.append(
+                f"batches {groups}: their consumer group's offsets (option consumerGroup) were "
+                "aborted with them and wait for the replay's repair; no row is lost by that"
+            )
         return LogReport(
             uri=log.uri,
             sink_id=log.sink_id,

@@ -195,7 +195,9 @@ def test_a_progress_aborted_by_the_timeout_is_committed_again_by_the_replay(
     point only the group's offsets are lost (the rows are visible), after the decision both;
     the replay's repair writes what was lost, and the group then holds the last batch's end."""
     group = _with_group(pipeline)
-    pipeline.options.update(PAST_TIMEOUT)
+    # The group's margin is 6 s more (2 x commitTimeoutMs): the timeout too, keeping a batch's
+    # time to prepare as PAST_TIMEOUT gives it without the group.
+    pipeline.options.update({**PAST_TIMEOUT, "transactionTimeoutMs": "41000"})
     ids = produce_ids(pipeline.bootstrap, pipeline.input, 500)  # batches of 400 and 100
     process = pipeline.start(f"{point}=block@1")
     pipeline.wait_reached(point, process)

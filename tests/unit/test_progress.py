@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError
 
 from kafka_txn_sink.commit_log import open_commit_log
 from kafka_txn_sink.errors import (
@@ -22,6 +23,7 @@ from kafka_txn_sink.errors import (
     TransactionLostError,
 )
 from kafka_txn_sink.group_options import parse_group_options
+from kafka_txn_sink.kafka import groups
 from kafka_txn_sink.kafka.admin_api import EndTxnResult, Fate, FateAnswer, TxnState
 from kafka_txn_sink.options import parse_options
 from kafka_txn_sink.protocol import decide
@@ -34,9 +36,10 @@ from kafka_txn_sink.protocol.messages import (
     Participant,
     Triple,
 )
+from kafka_txn_sink.protocol.recover import sink_holdings
 from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.task_commit import TaskCommit
-from kafka_txn_sink.protocol.txn_ids import is_progress_id, owns, progress_id, slot_of
+from kafka_txn_sink.protocol.txn_ids import owns, progress_id, slot_of
 from kafka_txn_sink.spark_checkpoint import batch_end_offsets, newest_batch
 from kafka_txn_sink.testing.consumer_groups import group_offsets, parse_describe
 from tests.unit.test_decide import SINK, FakeCluster, FakeTxnAdmin
@@ -209,7 +212,7 @@ def test_a_lost_row_aborts_the_progress_and_records_both(gdriver: GroupDriver) -
     gdriver.txn_admin.failing[tasks[1].prepared_triple] = "ProducerFencedError"
     gdriver.cluster.answer = Fate.ABORTED
 
-    with pytest.raises(TransactionLostError, match="the consumer group's progress"):
+    with pytest.raises(TransactionLostError, match="the consumer group's offsets"):
         gdriver.committer.commit(tasks, 0)
 
     assert f"abort {progress_id(SINK, slot=0)}" in gdriver.txn_admin.order
@@ -299,9 +302,8 @@ def test_the_replay_repairs_a_lost_progress_with_a_new_one(gdriver: GroupDriver)
 
 def test_progress_ids_belong_to_their_sink_and_slot() -> None:
     txn_id = progress_id("orders", slot=2)
-    assert txn_id == "orders-2-g" and owns("orders", txn_id) and is_progress_id("orders", txn_id)
-    assert slot_of("orders", txn_id) == 2
-    assert not owns("order", txn_id) and not is_progress_id("orders", "orders-2-7")
+    assert txn_id == "orders-2-g" and owns("orders", txn_id) and slot_of("orders", txn_id) == 2
+    assert not owns("order", txn_id) and not owns("orders", "orders-2-h")
 
 
 def test_the_group_option_names_what_it_needs(tmp_path: Path) -> None:
@@ -339,3 +341,80 @@ def test_the_offsets_are_read_from_spark_checkpoint_forms(tmp_path: Path) -> Non
         newest_batch("dbfs:/c")
     with pytest.raises(ConfigError, match="offsets/7 is missing"):
         batch_end_offsets(str(checkpoint), 7)
+
+
+def test_rows_lost_and_an_abort_that_errs_still_record_the_progress_lost(
+    gdriver: GroupDriver,
+) -> None:
+    """Even when the group answers committed: a batch that read nothing new leaves the group at
+    the same offsets, so a repair that commits them again is harmless."""
+    tasks = [_task(gdriver, 0)]
+    gdriver.txn_admin.failing[tasks[0].prepared_triple] = "ProducerFencedError"
+    gdriver.txn_admin.failing[Triple(progress_id(SINK, slot=0), 900, 0)] = "ProducerFencedError"
+    gdriver.cluster.answer, gdriver.cluster.group_answer = Fate.ABORTED, Fate.COMMITTED
+
+    with pytest.raises(TransactionLostError, match="the consumer group's offsets"):
+        gdriver.committer.commit(tasks, 0)
+
+    completion = gdriver.log.completion(0)  # type: ignore[attr-defined]
+    assert completion is not None
+    assert sorted(x.partition for x in completion.lost) == [PROGRESS_PARTITION, 0]
+
+
+def test_another_runs_decision_found_first_aborts_our_progress(
+    gdriver: GroupDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def theirs(decision: Decision) -> Decision:
+        return dataclasses.replace(decision, participants=decision.participants[:1])
+
+    monkeypatch.setattr(gdriver.committer, "_put_decision", theirs)
+    gdriver.committer.commit([_task(gdriver, 0)], 0)  # completes theirs
+
+    assert gdriver.txn_admin.order[0] == f"abort {progress_id(SINK, slot=0)}"
+    assert f"commit {progress_id(SINK, slot=0)}" not in gdriver.txn_admin.order
+
+
+def test_a_failure_after_the_decision_is_put_keeps_the_progress(gdriver: GroupDriver) -> None:
+    """The decision may have landed: nothing it may hold is aborted (an unknown is no no)."""
+
+    def lands_then_fails(decision: Decision) -> Decision:
+        gdriver.log.put_decision(decision)  # type: ignore[attr-defined]
+        raise KeyboardInterrupt
+
+    gdriver.committer._put_decision = lands_then_fails  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        gdriver.committer.commit([_task(gdriver, 0)], 0)
+
+    assert gdriver.txn_admin.order == []
+    assert _decision(gdriver).participants[-1].triple == gdriver.opened[0]
+
+
+def test_a_stale_progress_transaction_is_cleaned_up_and_a_decided_one_kept(
+    gdriver: GroupDriver,
+) -> None:
+    stale = Triple(progress_id(SINK, slot=0), 7, 3)  # a crashed attempt's, in no decision
+    gdriver.txn_admin.open(stale)
+    gdriver.txn_admin.list_fails = True  # found by the ids the log knows, not by a listing
+
+    holdings = sink_holdings(SINK, gdriver.log, gdriver.txn_admin, RunRef(0, 0))  # type: ignore[arg-type]
+
+    assert [s.triple for s in holdings.stale()] == [stale]
+
+
+@pytest.mark.parametrize(
+    ("held", "fate"),
+    [({"in": {0: 30, 1: 12}}, Fate.COMMITTED), ({"in": {0: 31, 1: 12}}, Fate.COMMITTED),
+     ({"in": {0: 29, 1: 12}}, Fate.ABORTED), ({}, Fate.ABORTED), (None, Fate.OPEN)],
+)  # fmt: skip
+def test_the_group_settles_a_progress_fate(
+    monkeypatch: pytest.MonkeyPatch, held: dict[str, dict[int, int]] | None, fate: Fate
+) -> None:
+    def fetch(*_: object, stable: bool) -> dict[str, dict[int, int]]:
+        assert stable  # pending offsets must read as pending, never as the old ones
+        if held is None:
+            raise groups.GroupRefused(KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT, "pending"))
+        return held
+
+    monkeypatch.setattr(groups, "fetch_offsets", fetch)
+    answer = groups.progress_fate(None, GroupProgress(GROUP, END), 1.0)  # type: ignore[arg-type]
+    assert answer.fate is fate, answer.evidence
