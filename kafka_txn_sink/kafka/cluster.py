@@ -21,6 +21,7 @@ from kafka_txn_sink.kafka.groups import (
     active_members,
     fetch_offsets,
     group_error,
+    log_ends,
     progress_fate,
 )
 from kafka_txn_sink.kafka.permissions import (
@@ -194,6 +195,22 @@ class Cluster:
         except GroupRefused as exc:
             step = f"reading the committed offsets of group {group}"
             raise group_error(exc, group, self._kafka, step, "Describe") from exc
+
+    def log_ends(self, offsets: GroupOffsets) -> GroupOffsets:
+        """The end offset of each partition `offsets` names, on this cluster.
+
+        Raises:
+            PermissionDeniedError: the sink may not describe a topic.
+            KafkaUnavailableError: an end could not be read.
+        """
+        try:
+            return log_ends(self._admin, offsets, self._timeout_s)
+        except GroupRefused as exc:
+            step = f"reading the end offsets of {', '.join(sorted(offsets))}"
+            error = exc.error
+            denial = refused(error.code(), error.str(), self._kafka, step,
+                             topic_permission("Describe", min(offsets)))  # fmt: skip
+            raise denial or KafkaUnavailableError(f"{step} failed: {error.str()}") from exc
 
     def group_members(self, group: str) -> int:
         """How many members consumer group `group` has now.

@@ -17,7 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from kafka_txn_sink.errors import KafkaTxnSinkError, KafkaUnavailableError
 from kafka_txn_sink.kafka.admin_api import Fate, FateAnswer
@@ -101,6 +101,24 @@ def progress_fate(admin: AdminClient, progress: GroupProgress, timeout_s: float)
     return FateAnswer(Fate.COMMITTED, f"group {progress.group} holds the batch's end offsets")
 
 
+def log_ends(admin: AdminClient, offsets: GroupOffsets, timeout_s: float) -> GroupOffsets:
+    """The end offset (high watermark) of each partition `offsets` names.
+
+    Raises:
+        GroupRefused: a partition's end could not be read.
+    """
+    wanted = {
+        TopicPartition(topic, partition): OffsetSpec.latest()
+        for topic, parts in offsets.items()
+        for partition in parts
+    }
+    ends: GroupOffsets = {}
+    for tp, future in admin.list_offsets(wanted, request_timeout=timeout_s).items():
+        answer = _result(future, timeout_s)
+        ends.setdefault(tp.topic, {})[tp.partition] = answer.offset
+    return ends
+
+
 def active_members(admin: AdminClient, group: str, timeout_s: float) -> int:
     """How many members the group has now (0 for a group that does not exist yet).
 
@@ -124,14 +142,21 @@ def _answer(request: Callable[[], Future[Any]], timeout_s: float) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return request().result(timeout=timeout_s + 5)
-        except FutureTimeout as exc:
-            raise GroupRefused(KafkaError(KafkaError._TIMED_OUT, "no answer")) from exc
-        except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            if error.code() not in _COORDINATOR_NOT_READY or time.monotonic() >= deadline:
-                raise GroupRefused(error) from exc
+            return _result(request(), timeout_s)
+        except GroupRefused as exc:
+            if exc.error.code() not in _COORDINATOR_NOT_READY or time.monotonic() >= deadline:
+                raise
         time.sleep(COORDINATOR_RETRY_S)
+
+
+def _result(future: Future[Any], timeout_s: float) -> Any:
+    """The future's answer; a refusal or no answer as `GroupRefused`."""
+    try:
+        return future.result(timeout=timeout_s + 5)
+    except FutureTimeout as exc:
+        raise GroupRefused(KafkaError(KafkaError._TIMED_OUT, "no answer")) from exc
+    except KafkaException as exc:
+        raise GroupRefused(exc.args[0]) from exc
 
 
 def group_error(

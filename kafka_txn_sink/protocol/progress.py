@@ -34,6 +34,7 @@ from kafka_txn_sink.kafka.producer import TaskTransaction
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.messages import (
     PROGRESS_PARTITION,
+    GroupOffsets,
     GroupProgress,
     Participant,
     Triple,
@@ -71,16 +72,7 @@ def check_progress_start(options: SinkOptions, cluster: Cluster) -> None:
     group, checkpoint = options.progress.group, options.progress.checkpoint
     batch = newest_batch(checkpoint, options.s3)
     if batch is not None:
-        for topic, parts in batch_end_offsets(checkpoint, batch, options.s3).items():
-            count = cluster.topic_partitions(topic)
-            if count is None or max(parts) >= count:
-                raise ConfigError(
-                    f"option {CONSUMER_GROUP} ({group}): input topic {topic} (partitions "
-                    f"{sorted(parts)}) is not on the output cluster {options.bootstrap_servers}"
-                    f" ({'no such topic' if count is None else f'{count} partitions'}); the "
-                    f"offsets are committed in the output's transactions, so the input must "
-                    f"live there too"
-                )
+        _check_input_here(options, cluster, batch_end_offsets(checkpoint, batch, options.s3))
     members = cluster.group_members(group)
     if members:
         raise ConfigError(
@@ -88,6 +80,33 @@ def check_progress_start(options: SinkOptions, cluster: Cluster) -> None:
             f"the sink commits the query's offsets to it, and a consumer in it would commit "
             f"its own over them. Name a group that no consumer joins"
         )
+
+
+def _check_input_here(options: SinkOptions, cluster: Cluster, offsets: GroupOffsets) -> None:
+    """Every input partition exists on the output cluster, and its end is not below the
+    query's offsets (a topic of the same name on another cluster)."""
+    for topic, parts in offsets.items():
+        count = cluster.topic_partitions(topic)
+        if count is None or max(parts) >= count:
+            found = "no such topic" if count is None else f"{count} partitions"
+            _input_elsewhere(options, topic, f"partitions {sorted(parts)}; here: {found}")
+    ends = cluster.log_ends(offsets)
+    for topic, parts in offsets.items():
+        beyond = {p: o for p, o in parts.items() if o > ends.get(topic, {}).get(p, -1)}
+        if beyond:
+            here = {p: ends[topic].get(p) for p in beyond}
+            _input_elsewhere(
+                options, topic, f"the query read up to {beyond}, the end here is {here}"
+            )
+
+
+def _input_elsewhere(options: SinkOptions, topic: str, detail: str) -> None:
+    assert options.progress is not None
+    raise ConfigError(
+        f"option {CONSUMER_GROUP} ({options.progress.group}): input topic {topic} is not on "
+        f"the output cluster {options.bootstrap_servers} ({detail}); the offsets are committed "
+        f"in the output's transactions, so the input must live there too"
+    )
 
 
 def open_progress(options: SinkOptions, run: RunRef, progress: GroupProgress) -> Participant:

@@ -43,7 +43,7 @@ def test_a_group_with_an_active_member_is_refused(kafka_bootstrap: str, tmp_path
     name = uuid.uuid4().hex[:8]
     source, group = f"in_{name}", f"g_{name}"
     create_topics(kafka_bootstrap, 2, source)
-    checkpoint(tmp_path / "checkpoint", json.dumps({source: {"0": 5, "1": 0}}))
+    checkpoint(tmp_path / "checkpoint", json.dumps({source: {"0": 0, "1": 0}}))
     member = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
     member.subscribe([source])
     try:
@@ -67,6 +67,19 @@ def test_an_input_topic_not_on_the_output_cluster_is_refused(
     checkpoint(tmp_path / "checkpoint", json.dumps({"elsewhere": {"0": 5}}))
 
     with pytest.raises(ConfigError, match=r"input topic elsewhere .*not on the output cluster"):
+        check_progress_start(options(kafka_bootstrap, tmp_path, "g"), cluster(kafka_bootstrap))
+
+
+def test_a_topic_of_the_same_name_with_fewer_records_is_refused(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The query read another cluster's topic: its offsets are beyond this one's end."""
+    source = f"in_{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_bootstrap, 2, source)
+    checkpoint(tmp_path / "checkpoint", json.dumps({source: {"0": 5, "1": 0}}))
+
+    with pytest.raises(ConfigError, match=rf"input topic {source} is not on the output cluster .*"
+                       r"the query read up to \{0: 5\}, the end here is \{0: 0\}"):  # fmt: skip
         check_progress_start(options(kafka_bootstrap, tmp_path, "g"), cluster(kafka_bootstrap))
 
 
