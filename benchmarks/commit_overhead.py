@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/commit_overhead.py                    # 8, 32 and 128 tasks
     .venv/bin/python benchmarks/commit_overhead.py --tasks 32 --rounds 50
+    .venv/bin/python benchmarks/commit_overhead.py --tasks 32 --consumer-group  # its cost beside
 
 Per round, N task transactions are prepared exactly as tasks prepare them
 (`kafka_txn_sink.kafka.producer.TaskTransaction`: init, one record, flush, triple read from the
@@ -25,6 +26,7 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,49 +87,95 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def measure(bootstrap: str, work: Path, tasks: int, rounds: int) -> dict[str, Any]:
-    name = uuid.uuid4().hex[:8]
-    topic = f"commit_bench_{name}"
-    create_topics(bootstrap, 8, topic)
-    sink_id = f"commit_bench_{tasks}_{name}"
-    source = KafkaTxnDataSource(
-        {
-            "kafka.bootstrap.servers": bootstrap,
-            "topic": topic,
-            "sinkId": sink_id,
-            "commitLog": str(work / f"log_{tasks}_{name}"),
-            "transactionTimeoutMs": str(TXN_TIMEOUT_MS),
-        }
-    )
-    commit_ms: list[float] = []
-    both_ms: list[float] = []
+@dataclass
+class Sink:
+    """One sink of a run: its data source, slot, checkpoint and the times measured."""
+
+    name: str
+    source: KafkaTxnDataSource
+    sink_id: str
+    checkpoint: Path | None
+    slot: int = 0
+    commit_ms: list[float] = field(default_factory=list)
+    both_ms: list[float] = field(default_factory=list)
     cold: tuple[float, float] | None = None
-    # The query's start: claims the new log and records this process's run (its id slot).
-    slot = source.streamWriter(SCHEMA, False).plan.run.slot
+
+
+def new_sink(bootstrap: str, work: Path, topic: str, tasks: int, group: bool) -> Sink:
+    name = uuid.uuid4().hex[:8]
+    sink_id = f"commit_bench_{tasks}_{name}"
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "topic": topic,
+        "sinkId": sink_id,
+        "commitLog": str(work / f"log_{tasks}_{name}"),
+        "transactionTimeoutMs": str(TXN_TIMEOUT_MS),
+    }
+    checkpoint = work / f"checkpoint_{name}" if group else None
+    if checkpoint is not None:  # option consumerGroup reads the batch's offsets from here
+        (checkpoint / "offsets").mkdir(parents=True)
+        options.update(checkpointLocation=str(checkpoint), consumerGroup=f"bench_{name}")
+    return Sink("consumerGroup" if group else "plain", KafkaTxnDataSource(options), sink_id,
+                checkpoint)  # fmt: skip
+
+
+def measure(
+    bootstrap: str, work: Path, tasks: int, rounds: int, group: bool = False
+) -> list[dict[str, Any]]:
+    """Per size, the plain sink (and with `group` a consumerGroup sink beside it, their
+    batches alternated): commit() and streamWriter() + commit() in ms."""
+    topic = f"commit_bench_{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, 8, topic)
+    sinks = [new_sink(bootstrap, work, topic, tasks, False)]
+    if group:
+        sinks.append(new_sink(bootstrap, work, topic, tasks, True))
+    for sink in sinks:  # the query's start: claims the new log and records this run's slot
+        if sink.checkpoint is not None:
+            _write_offsets(sink.checkpoint, 0, topic)
+        sink.slot = sink.source.streamWriter(SCHEMA, False).plan.run.slot
     with ThreadPoolExecutor(max_workers=16) as pool:
         for batch_id in range(rounds + 1 + WARMUP_ROUNDS):
-            messages = prepare_tasks(bootstrap, topic, sink_id, slot, batch_id, tasks, pool)
-            started = time.perf_counter()
-            writer = source.streamWriter(SCHEMA, False)
-            planned = time.perf_counter()
-            writer.commit(list(messages), batch_id)
-            done = time.perf_counter()
-            if cold is None:
-                cold = ((done - planned) * 1000, (done - started) * 1000)
-            if batch_id <= WARMUP_ROUNDS:
-                continue
-            commit_ms.append((done - planned) * 1000)
-            both_ms.append((done - started) * 1000)
-    assert cold is not None
+            for sink in sinks:
+                one_batch(bootstrap, topic, sink, batch_id, tasks, pool)
+    return [summary(sink, tasks, rounds) for sink in sinks]
+
+
+def one_batch(
+    bootstrap: str, topic: str, sink: Sink, batch_id: int, tasks: int, pool: ThreadPoolExecutor
+) -> None:
+    messages = prepare_tasks(bootstrap, topic, sink.sink_id, sink.slot, batch_id, tasks, pool)
+    if sink.checkpoint is not None:
+        _write_offsets(sink.checkpoint, batch_id, topic)
+    started = time.perf_counter()
+    writer = sink.source.streamWriter(SCHEMA, False)
+    planned = time.perf_counter()
+    writer.commit(list(messages), batch_id)
+    done = time.perf_counter()
+    if sink.cold is None:
+        sink.cold = ((done - planned) * 1000, (done - started) * 1000)
+    if batch_id > WARMUP_ROUNDS:
+        sink.commit_ms.append((done - planned) * 1000)
+        sink.both_ms.append((done - started) * 1000)
+
+
+def _write_offsets(checkpoint: Path, batch_id: int, topic: str) -> None:
+    """Spark's offset log line for the batch: offset 0 of partition 0 (never beyond its end)."""
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}'
+    (checkpoint / "offsets" / str(batch_id)).write_text(f'v1\n{meta}\n{{"{topic}":{{"0":0}}}}')
+
+
+def summary(sink: Sink, tasks: int, rounds: int) -> dict[str, Any]:
+    assert sink.cold is not None
     return {
+        "sink": sink.name,
         "tasks": tasks,
         "rounds": rounds,
-        "commit_p50": statistics.median(commit_ms),
-        "commit_p99": percentile(commit_ms, 0.99),
-        "both_p50": statistics.median(both_ms),
-        "both_p99": percentile(both_ms, 0.99),
-        "cold_commit": cold[0],
-        "cold_both": cold[1],
+        "commit_p50": statistics.median(sink.commit_ms),
+        "commit_p99": percentile(sink.commit_ms, 0.99),
+        "both_p50": statistics.median(sink.both_ms),
+        "both_p99": percentile(sink.both_ms, 0.99),
+        "cold_commit": sink.cold[0],
+        "cold_both": sink.cold[1],
     }
 
 
@@ -135,12 +183,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, nargs="*", default=[8, 32, 128])
     parser.add_argument("--rounds", type=int, default=0, help="per size; 0: 40, 30, 12")
+    parser.add_argument(
+        "--consumer-group",
+        action="store_true",
+        help="also a sink with option consumerGroup, its batches alternated with the plain one's",
+    )
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, testing.kafka_bootstrap(Path(tmp)) as bootstrap:
         results = [
-            measure(bootstrap, Path(tmp), n, options.rounds or DEFAULT_ROUNDS.get(n, 20))
+            result
             for n in options.tasks
-        ]
+            for result in measure(
+                bootstrap, Path(tmp), n, options.rounds or DEFAULT_ROUNDS.get(n, 20),
+                options.consumer_group,
+            )
+        ]  # fmt: skip
     print(report(results))
     return 0
 
@@ -149,13 +206,14 @@ def report(results: list[dict[str, Any]]) -> str:
     lines = [
         f"driver commit overhead per batch, local JSON commit log (ms; first round apart, "
         f"{WARMUP_ROUNDS} more rounds of warm-up left out)",
-        "| tasks | rounds | commit() p50 | commit() p99 | streamWriter()+commit() p50 | p99 "
-        "| first round commit() / both |",
-        "|---|---|---|---|---|---|---|",
+        "| sink | tasks | rounds | commit() p50 | commit() p99 | streamWriter()+commit() p50 "
+        "| p99 | first round commit() / both |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
-            f"| {r['tasks']} | {r['rounds']} | {r['commit_p50']:.1f} | {r['commit_p99']:.1f} "
+            f"| {r['sink']} | {r['tasks']} | {r['rounds']} | {r['commit_p50']:.1f} "
+            f"| {r['commit_p99']:.1f} "
             f"| {r['both_p50']:.1f} | {r['both_p99']:.1f} "
             f"| {r['cold_commit']:.0f} / {r['cold_both']:.0f} |"
         )
