@@ -7,6 +7,7 @@ whole queries on a plain listener)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -78,7 +79,12 @@ def test_the_group_acls_are_enough_to_commit_and_read_the_offsets(
         [result] = txn_admin.end_transactions([participant.triple], commit=True, deadline_s=30)
     assert result.ok, result.error
 
-    assert sink.cluster().progress_fate(progress).fate is Fate.COMMITTED
+    # EndTxn answers once the commit is prepared; the offsets are stable once its markers are out.
+    deadline = time.monotonic() + 30
+    while (fate := sink.cluster().progress_fate(progress).fate) is Fate.OPEN:
+        assert time.monotonic() < deadline, "the group's offsets stayed pending for 30 s"
+        time.sleep(0.1)
+    assert fate is Fate.COMMITTED
     admin = Cluster(broker.bootstrap, sink.admin(), TIMEOUT_MS)
     assert admin.committed_offsets(group) == {source: {0: 7, 1: 3}}
     assert open_ids(sink) == []
