@@ -56,6 +56,9 @@ run() {
 }
 status=0
 run unit tests/unit
-run kafka tests/integration -m "kafka and not spark and not s3"
+# Less the hundred restarts: they check the id pool over runs, not a client (the CI tier runs
+# them on the newest clients), and took 230 s of this tier's 339 (2026-11-27).
+run kafka tests/integration -m "kafka and not spark and not s3" \
+  --deselect tests/integration/test_restart_ids.py::test_a_hundred_restarts_leave_a_bounded_set_of_ids
 echo "test_clients $end: $((SECONDS - started)) s, logs in $venv/*.log"
 exit "$status"
