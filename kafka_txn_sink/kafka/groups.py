@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -31,7 +31,14 @@ _COORDINATOR_NOT_READY = (
     KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
 )
+_LEADER_MOVING = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+)
 COORDINATOR_RETRY_S = 0.2
+_T = TypeVar("_T")
 
 
 class GroupRefused(Exception):
@@ -63,11 +70,15 @@ def fetch_offsets(
         else None
     )
     request = [ConsumerGroupTopicPartitions(group, wanted)]
-    answer = _answer(
-        lambda: admin.list_consumer_group_offsets(
-            request, require_stable=stable, request_timeout=timeout_s
-        )[group],
+    answer = _retried(
+        lambda: _result(
+            admin.list_consumer_group_offsets(
+                request, require_stable=stable, request_timeout=timeout_s
+            )[group],
+            timeout_s,
+        ),
         timeout_s,
+        _COORDINATOR_NOT_READY,
     )
     found: GroupOffsets = {}
     for tp in answer.topic_partitions or ():
@@ -102,7 +113,8 @@ def progress_fate(admin: AdminClient, progress: GroupProgress, timeout_s: float)
 
 
 def log_ends(admin: AdminClient, offsets: GroupOffsets, timeout_s: float) -> GroupOffsets:
-    """The end offset (high watermark) of each partition `offsets` names.
+    """The end offset (high watermark) of each partition `offsets` names, asked again while a
+    partition's leader moves (or is not known yet, on a new topic), up to `timeout_s`.
 
     Raises:
         GroupRefused: a partition's end could not be read.
@@ -112,11 +124,14 @@ def log_ends(admin: AdminClient, offsets: GroupOffsets, timeout_s: float) -> Gro
         for topic, parts in offsets.items()
         for partition in parts
     }
-    ends: GroupOffsets = {}
-    for tp, future in admin.list_offsets(wanted, request_timeout=timeout_s).items():
-        answer = _result(future, timeout_s)
-        ends.setdefault(tp.topic, {})[tp.partition] = answer.offset
-    return ends
+
+    def ask() -> GroupOffsets:
+        ends: GroupOffsets = {}
+        for tp, future in admin.list_offsets(wanted, request_timeout=timeout_s).items():
+            ends.setdefault(tp.topic, {})[tp.partition] = _result(future, timeout_s).offset
+        return ends
+
+    return _retried(ask, timeout_s, _LEADER_MOVING)
 
 
 def active_members(admin: AdminClient, group: str, timeout_s: float) -> int:
@@ -125,26 +140,30 @@ def active_members(admin: AdminClient, group: str, timeout_s: float) -> int:
     Raises:
         GroupRefused: the coordinator refused to describe it.
     """
-    description = _answer(
-        lambda: admin.describe_consumer_groups([group], request_timeout=timeout_s)[group],
+    description = _retried(
+        lambda: _result(
+            admin.describe_consumer_groups([group], request_timeout=timeout_s)[group], timeout_s
+        ),
         timeout_s,
+        _COORDINATOR_NOT_READY,
     )
     return len(description.members or ())
 
 
-def _answer(request: Callable[[], Future[Any]], timeout_s: float) -> Any:
-    """The request's answer, asked again while the group's coordinator is moving or loading
-    (a new cluster creates its offsets topic on the first group request), up to `timeout_s`.
+def _retried(ask: Callable[[], _T], timeout_s: float, retry: tuple[int, ...]) -> _T:
+    """`ask()`, asked again while it is refused with an error of `retry` (a coordinator or a
+    leader moving, loading, or not known yet: a new cluster creates its offsets topic on the
+    first group request), up to `timeout_s`.
 
     Raises:
-        GroupRefused: any other error, or the coordinator still not ready at the deadline.
+        GroupRefused: any other error, or one of `retry` still at the deadline.
     """
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return _result(request(), timeout_s)
+            return ask()
         except GroupRefused as exc:
-            if exc.error.code() not in _COORDINATOR_NOT_READY or time.monotonic() >= deadline:
+            if exc.error.code() not in retry or time.monotonic() >= deadline:
                 raise
         time.sleep(COORDINATOR_RETRY_S)
 
