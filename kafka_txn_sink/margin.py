@@ -4,7 +4,7 @@ The prepare check (protocol/decide.py) decides a batch only if every participant
 the margin left before the brokers' transaction timeout aborts it; the start of every batch
 (protocol/start.py) refuses a transaction timeout that does not exceed it, since no batch could
 ever pass. So the margin must bound every step of the driver between the two, each by the
-deadline the code gives it. `commit_path` lists them; `margin_ms` sums them.
+deadline the code gives it. `commit_path` lists them; `SinkOptions.margin_ms` sums them.
 
 The unit of the commit log is one request, bounded by commitLogTimeoutMs: the S3 client's
 deadlines are derived from it (options.py: 3 attempts of connect + read, each a sixth of it),
@@ -91,15 +91,6 @@ def commit_path(
             else ()
         ),
     )  # fmt: skip
-
-
-def margin_ms(
-    commit_log_timeout_ms: int, commit_timeout_ms: int, clock_skew_ms: int, log_format: str
-) -> int:
-    """The sum of `commit_path`: the time a prepared transaction must still have when the
-    driver decides to commit it."""
-    steps = commit_path(commit_log_timeout_ms, commit_timeout_ms, clock_skew_ms, log_format)
-    return sum(step.bound_ms for step in steps)
 
 
 def explain(steps: tuple[Step, ...]) -> str:

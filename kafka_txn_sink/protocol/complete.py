@@ -108,9 +108,9 @@ class Settler:
         lost = self._commit_data(decision, data)
         republish = self._republish(decision, [p for p, _ in lost if p.files])
         lost = [(p, reason) for p, reason in lost if _still_lost(p, republish)]
+        written = [p.triple for p in data] + ([republish.triple] if republish else [])
         for progress in (p for p in decision.participants if p.progress is not None):
             # Last, once the rows (and references published again) are visible: progress.py.
-            written = [p.triple for p in data] + ([republish.triple] if republish else [])
             lost += self._end_progress(decision, progress, written, rows_lost=bool(lost))
         completion = Completion(
             sink_id=self._sink_id,
@@ -132,8 +132,12 @@ class Settler:
         return settled.completion
 
     def abort(self, triples: Iterable[Triple]) -> list[EndTxnResult]:
-        """EndTxn(abort) for exactly these triples; the coordinator's answers."""
-        return self._txn_admin.end_transactions(triples, commit=False, deadline_s=self._deadline_s)
+        """EndTxn(abort) for exactly these triples; the coordinator's answers (none asked for
+        none)."""
+        wanted = list(triples)
+        if not wanted:
+            return []
+        return self._txn_admin.end_transactions(wanted, commit=False, deadline_s=self._deadline_s)
 
     def _republish(self, decision: Decision, lost: Sequence[Participant]) -> Republish | None:
         """Publish the file references of `lost` once more; the round that did it.

@@ -244,12 +244,8 @@ class Committer:
             self._settler,
             self._run,
             self._options.margin_ms,
-            None if self._options.progress is None else self._open_one_progress,
+            self._open_progress,
         )
-
-    def _open_one_progress(self, batch_id: int) -> Participant:
-        [progress] = self._open_progress(batch_id)
-        return progress
 
     def _clean_up(self) -> None:
         clean_up(self._options.sink_id, self._log, self._txn_admin, self._settler, self._run)
@@ -272,7 +268,8 @@ class Committer:
         return self._put(decision, progress)
 
     def _open_progress(self, batch_id: int) -> tuple[Participant, ...]:
-        """The progress transaction of the batch (option consumerGroup), open: progress.py."""
+        """The progress transaction of the batch, open (progress.py); none without option
+        consumerGroup."""
         progress = batch_progress(self._options, batch_id)
         if progress is None:
             return ()
@@ -333,8 +330,6 @@ class Committer:
         return decision
 
     def _abort_progress(self, progress: tuple[Participant, ...], why: str) -> None:
-        if not progress:
-            return
         for result in self._settler.abort([p.triple for p in progress]):
             if not result.ok:  # the coordinator's timeout or the clean-up aborts it instead
                 log.warning("abort of progress %s (%s) failed: %s", result.triple, why,

@@ -89,20 +89,20 @@ def _check_input_here(options: SinkOptions, cluster: Cluster, offsets: GroupOffs
         count = cluster.topic_partitions(topic)
         if count is None or max(parts) >= count:
             found = "no such topic" if count is None else f"{count} partitions"
-            _input_elsewhere(options, topic, f"partitions {sorted(parts)}; here: {found}")
+            raise _input_elsewhere(options, topic, f"partitions {sorted(parts)}; here: {found}")
     ends = cluster.log_ends(offsets)
     for topic, parts in offsets.items():
         beyond = {p: o for p, o in parts.items() if o > ends.get(topic, {}).get(p, -1)}
         if beyond:
             here = {p: ends[topic].get(p) for p in beyond}
-            _input_elsewhere(
+            raise _input_elsewhere(
                 options, topic, f"the query read up to {beyond}, the end here is {here}"
             )
 
 
-def _input_elsewhere(options: SinkOptions, topic: str, detail: str) -> None:
+def _input_elsewhere(options: SinkOptions, topic: str, detail: str) -> ConfigError:
     assert options.progress is not None
-    raise ConfigError(
+    return ConfigError(
         f"option {CONSUMER_GROUP} ({options.progress.group}): input topic {topic} is not on "
         f"the output cluster {options.bootstrap_servers} ({detail}); the offsets are committed "
         f"in the output's transactions, so the input must live there too"

@@ -217,9 +217,9 @@ class Repairer:
         settler: Settler,
         run: RunRef,
         margin_ms: int,
-        open_progress: Callable[[int], Participant] | None = None,
+        open_progress: Callable[[int], tuple[Participant, ...]] = lambda _: (),
     ):
-        self._open_progress = open_progress  # option consumerGroup: a batch's new progress
+        self._open_progress = open_progress  # a batch's new progress (option consumerGroup)
         self._sink_id = sink_id
         self._log = commit_log
         self._txn_admin = txn_admin
@@ -288,7 +288,7 @@ class Repairer:
         chosen = {t.prepared_triple for t, _ in matched}
         self._abort(t for t in tasks if t.status == "prepared" and t.triple not in chosen)
         progress_lost = [x for x in waiting if x.partition == PROGRESS_PARTITION]
-        progress = self._progress(decision.batch_id) if progress_lost else ()
+        progress = self._open_progress(decision.batch_id) if progress_lost else ()
         refusals = [replace(x, reason=f"{x.reason}; {REFUSED}") for x in refused]
         if not progress:  # without option consumerGroup now: its offsets stay uncommitted
             refusals += [replace(x, reason=f"{x.reason}; {NO_GROUP}") for x in progress_lost]
@@ -298,17 +298,13 @@ class Repairer:
         try:
             repair = self._checked(decision, level, participants, len(tasks), refusals, repaired)
         except BaseException:
-            self._abort_progress(progress)
+            self._settler.abort([p.triple for p in progress])
             raise
         holder, ours = self._put(repair)
         if not ours:  # the level is another run's: ours can never be committed
             self._abort(t for t in tasks if t.status == "prepared" and t.triple in chosen)
-            self._abort_progress(progress)
+            self._settler.abort([p.triple for p in progress])
         return holder, ours
-
-    def _progress(self, batch_id: int) -> tuple[Participant, ...]:
-        """A new progress transaction for the batch (progress.py), none without an opener."""
-        return () if self._open_progress is None else (self._open_progress(batch_id),)
 
     def _checked(
         self,
@@ -370,10 +366,6 @@ class Repairer:
                     f"time left (the coordinator reports {state}); nothing of the repair is "
                     f"recorded and the batch runs again"
                 )
-
-    def _abort_progress(self, progress: tuple[Participant, ...]) -> None:
-        if progress:
-            self._settler.abort([p.triple for p in progress])
 
     def _abort(self, tasks: Iterable[TaskCommit]) -> None:
         triples = [t.prepared_triple for t in tasks if t.status == "prepared"]
