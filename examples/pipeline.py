@@ -30,6 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--input", default="", help="input topic")
+    parser.add_argument("--input-bootstrap", default="", help="the input's cluster (--bootstrap)")
     parser.add_argument("--input-dir", default="", help="JSON-lines files instead of a topic")
     parser.add_argument("--output", required=True, help="output topic; '' for none")
     parser.add_argument("--sink-id", required=True)
@@ -139,7 +140,7 @@ def read_source(spark: Any, args: argparse.Namespace) -> Any:
         raise SystemExit("pipeline: --input or --input-dir is required")
     return (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("kafka.bootstrap.servers", args.input_bootstrap or args.bootstrap)
         .option("subscribe", args.input)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", args.max_offsets)

@@ -50,7 +50,9 @@ DRIVER_POINTS = (
 REPUBLISH_POINTS = ("driver.republish_prepared", "driver.republish_recorded")
 # Reached only with option consumerGroup: the rows are visible, the group's offsets not yet.
 PROGRESS_POINTS = ("driver.before_progress_endtxn",)
-ALL_POINTS = TASK_POINTS + DRIVER_POINTS + REPUBLISH_POINTS + PROGRESS_POINTS
+# Reached only with the group on another cluster: the rows are visible, the group not moved yet.
+ACROSS_POINTS = ("driver.before_group_commit",)
+ALL_POINTS = TASK_POINTS + DRIVER_POINTS + REPUBLISH_POINTS + PROGRESS_POINTS + ACROSS_POINTS
 
 
 class FailpointError(RuntimeError):

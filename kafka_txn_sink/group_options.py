@@ -2,28 +2,40 @@
 
 The offsets are the batch's end offsets in Spark's offset log (`<checkpointLocation>/offsets/N`),
 so the option needs the query's `checkpointLocation` option (Spark hands it to the sink), a
-streaming query (datasource.py refuses it in `df.write`) and records mode (the progress
-transaction runs on the output cluster, where the input topics must live too).
-protocol/progress.py does the committing.
+streaming query (datasource.py refuses it in `df.write`) and records mode. By default the group
+lives on the output cluster and the offsets join the batch's transactions
+(protocol/progress.py); with `consumerGroup.kafka.bootstrap.servers` it lives on the input's own
+cluster and they are committed after the batch's rows are visible (protocol/progress_across.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.kafka.security import client_settings
 from kafka_txn_sink.option import Option
 
 CONSUMER_GROUP = Option(
     "consumerGroup",
     "a consumer group to which each batch's input end offsets are committed inside the batch's "
-    "transactions (the input topics must live on the output cluster): the group's lag is the "
-    "query's, and it moves exactly when the batch becomes visible. Needs `checkpointLocation`, "
-    "a group with no active members, and Read on the group",
+    "transactions (input topics on the output cluster; else see `consumerGroup.kafka.*`): the "
+    "group's lag is the query's, and it moves exactly when the batch becomes visible. Needs "
+    "`checkpointLocation`, a group with no active members, and Read on the group",
     "",
 )
-GROUP_OPTIONS = (CONSUMER_GROUP,)
+GROUP_KAFKA = Option(
+    "consumerGroup.kafka.*",
+    "the group's own cluster, when the input topics live on another cluster than the output: "
+    "`consumerGroup.kafka.bootstrap.servers` and that cluster's client settings as for `kafka.*` "
+    "(SASL, TLS). The offsets are then committed once the batch's rows are visible, in a "
+    "transaction of their own there: never ahead of the output, never back, but a moment after "
+    "it (docs/consumer_groups.md)",
+    "",
+)
+GROUP_OPTIONS = (CONSUMER_GROUP, GROUP_KAFKA)
+GROUP_KAFKA_PREFIX = "consumergroup.kafka."  # options arrive by lower-case name
 SPARK_CHECKPOINT = "checkpointlocation"  # Spark's own option, handed to every sink
 _MAX_GROUP_LENGTH = 249  # as Kafka's topic names; groups have no stated limit, this keeps logs sane
 
@@ -35,6 +47,13 @@ class GroupOptions:
 
     group: str
     checkpoint: str
+    bootstrap: str = ""  # the group's cluster; "": the output cluster
+    kafka: dict[str, str] = field(default_factory=dict, repr=False)  # its settings (secrets)
+
+    @property
+    def elsewhere(self) -> bool:
+        """The group lives on another cluster than the output: committed after the rows."""
+        return bool(self.bootstrap)
 
 
 def parse_group_options(options: Mapping[str, str], *, records_mode: bool) -> GroupOptions | None:
@@ -51,6 +70,7 @@ def parse_group_options(options: Mapping[str, str], *, records_mode: bool) -> Gr
             f"option {CONSUMER_GROUP} must be a consumer group name of at most "
             f"{_MAX_GROUP_LENGTH} characters without spaces, got {group!r}"
         )
+    bootstrap, kafka = _group_cluster(options)
     if not records_mode:
         raise ConfigError(
             f"option {CONSUMER_GROUP} is for records mode (option topic): files mode has no "
@@ -64,4 +84,21 @@ def parse_group_options(options: Mapping[str, str], *, records_mode: bool) -> Gr
             f"offsets are read from its offsets/ log; the session default "
             f"spark.sql.streaming.checkpointLocation is not handed to sinks"
         )
-    return GroupOptions(group, checkpoint)
+    return GroupOptions(group, checkpoint, bootstrap, kafka)
+
+
+def _group_cluster(options: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The `consumerGroup.kafka.*` settings: the group's bootstrap servers and the rest."""
+    raw = {
+        key[len(GROUP_KAFKA_PREFIX) :]: str(value)
+        for key, value in options.items()
+        if key.startswith(GROUP_KAFKA_PREFIX)
+    }
+    kafka = client_settings(raw)
+    bootstrap = kafka.pop("bootstrap.servers", "").strip()
+    if kafka and not bootstrap:
+        raise ConfigError(
+            f"options {', '.join(GROUP_KAFKA_PREFIX + k for k in sorted(kafka))} need "
+            f"option {GROUP_KAFKA_PREFIX}bootstrap.servers, the consumer group's cluster"
+        )
+    return bootstrap, kafka

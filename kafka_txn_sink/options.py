@@ -17,7 +17,12 @@ from kafka_txn_sink import margin
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.extras import check_install
-from kafka_txn_sink.group_options import GROUP_OPTIONS, GroupOptions, parse_group_options
+from kafka_txn_sink.group_options import (
+    GROUP_KAFKA_PREFIX,
+    GROUP_OPTIONS,
+    GroupOptions,
+    parse_group_options,
+)  # fmt: skip
 from kafka_txn_sink.kafka.producer import producer_config
 from kafka_txn_sink.kafka.security import client_settings
 from kafka_txn_sink.option import Option, truthy
@@ -317,10 +322,9 @@ class SinkOptions:
         return margin.explain(self._commit_path())
 
     def _commit_path(self) -> tuple[margin.Step, ...]:
-        return margin.commit_path(
-            self.commit_log_timeout_ms, self.commit_timeout_ms, self.clock_skew_ms,
-            self.commit_log_format, progress=self.progress is not None,
-        )  # fmt: skip
+        in_txn = self.progress is not None and not self.progress.elsewhere  # progress.py
+        return margin.commit_path(self.commit_log_timeout_ms, self.commit_timeout_ms,
+                                  self.clock_skew_ms, self.commit_log_format, progress=in_txn)
 
     @property
     def client_timeout_s(self) -> float:
@@ -498,7 +502,7 @@ def _reject_unknown(options: Mapping[str, str], originals: Mapping[str, str]) ->
     unknown = sorted(
         originals[k]
         for k in options
-        if k not in _KNOWN and not k.startswith((KAFKA_PREFIX, REGISTRY_PREFIX))
+        if k not in _KNOWN and not k.startswith((KAFKA_PREFIX, REGISTRY_PREFIX, GROUP_KAFKA_PREFIX))
     )
     if unknown:
         raise ConfigError(f"unknown option(s) {', '.join(unknown)}; Kafka client settings take "

@@ -23,6 +23,7 @@ from kafka_txn_sink.kafka.groups import (
     group_error,
     log_ends,
     progress_fate,
+    settled_offsets,
 )
 from kafka_txn_sink.kafka.permissions import (
     CLUSTER_DESCRIBE_CONFIGS,
@@ -195,6 +196,21 @@ class Cluster:
         except GroupRefused as exc:
             step = f"reading the committed offsets of group {group}"
             raise group_error(exc, group, self._kafka, step, "Describe") from exc
+
+    def settled_offsets(self, group: str) -> GroupOffsets:
+        """Every offset consumer group `group` has committed, once none is pending (the sink
+        reads them to commit to the group: a denial names Read on it).
+
+        Raises:
+            PermissionDeniedError: the sink may not read the group.
+            KafkaUnavailableError: the group coordinator refused otherwise, or a transaction's
+                offsets were still pending after the client timeout.
+        """
+        try:
+            return settled_offsets(self._admin, group, self._timeout_s)
+        except GroupRefused as exc:
+            step = f"reading the committed offsets of group {group}"
+            raise group_error(exc, group, self._kafka, step, "Read") from exc
 
     def log_ends(self, offsets: GroupOffsets) -> GroupOffsets:
         """The end offset of each partition `offsets` names, on this cluster.

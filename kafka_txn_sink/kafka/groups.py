@@ -89,6 +89,20 @@ def fetch_offsets(
     return found
 
 
+def settled_offsets(admin: AdminClient, group: str, timeout_s: float) -> GroupOffsets:
+    """Every offset the group has committed, asked again while a transaction's offsets for it
+    are pending (their commit markers are being written), up to `timeout_s`.
+
+    Raises:
+        GroupRefused: the coordinator refused, or offsets were still pending at the deadline.
+    """
+    return _retried(
+        lambda: fetch_offsets(admin, group, None, timeout_s, stable=True),
+        timeout_s,
+        (KafkaError.UNSTABLE_OFFSET_COMMIT,),
+    )
+
+
 def progress_fate(admin: AdminClient, progress: GroupProgress, timeout_s: float) -> FateAnswer:
     """What the group says of the progress transaction that committed `progress`: OPEN while
     its offsets (or another transaction's) are pending or the coordinator does not answer."""

@@ -47,6 +47,7 @@ from kafka_txn_sink.protocol.messages import (
     Triple,
     now_ms,
 )
+from kafka_txn_sink.protocol.txn_ids import owns
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +299,32 @@ class Settler:
         log.warning("EndTxn for %s failed (%s); group: %s", participant.triple, error,
                     answer.evidence)  # fmt: skip
         return answer
+
+    def wait_visible(self, batch_id: int) -> None:
+        """Wait until no transaction of the sink is PrepareCommit (after a completion: every
+        row of the batch is visible, whichever level or republish wrote it).
+
+        Raises:
+            TransactionCompletionError: some still are after the deadline.
+        """
+        deadline = time.monotonic() + self._deadline_s
+        pause = MARKER_POLL_S
+        while True:
+            preparing = [
+                txn_id
+                for txn_id in self._txn_admin.list_ids(("PrepareCommit",))
+                if owns(self._sink_id, txn_id)
+            ]
+            if not preparing:
+                return
+            if time.monotonic() >= deadline:
+                raise TransactionCompletionError(
+                    f"batch {batch_id}: the commit markers of {preparing[0]} were not written "
+                    f"within {self._deadline_s:.0f} s, so the group's offsets are not committed "
+                    f"yet; the next batch or the replay commits them"
+                )
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, MAX_MARKER_POLL_S)
 
     def _wait_for_markers(self, decision: Decision, written: Sequence[Triple]) -> None:
         """Wait until none of `written` is PrepareCommit any more: their commit markers are

@@ -59,6 +59,7 @@ from kafka_txn_sink.protocol.messages import (
 )
 from kafka_txn_sink.protocol.prepare import BatchWrite
 from kafka_txn_sink.protocol.progress import batch_progress, open_progress
+from kafka_txn_sink.protocol.progress_across import commit_across
 from kafka_txn_sink.protocol.recover import CleanupSchedule, clean_up
 from kafka_txn_sink.protocol.repair import Repairer, held_by_repairs, remember_lossless
 from kafka_txn_sink.protocol.runs import RunRef, check_current, check_decided_by, release
@@ -179,6 +180,10 @@ class Committer:
         remember_lossless(self._log, completion)
         if completion.lost or any(t.level > 0 for t in tasks):
             self._repairer().finish(decision, tasks)
+        if self._options.progress is not None and self._options.progress.elsewhere:
+            self._settler.wait_visible(batch_id)
+            failpoints.fire("driver.before_group_commit", batch_id)
+            commit_across(self._options, batch_id)
         failpoints.fire("driver.after_completion", batch_id)
         if self._cleanup is None or self._cleanup.take_due():
             self._clean_up()
@@ -269,10 +274,12 @@ class Committer:
 
     def _open_progress(self, batch_id: int) -> tuple[Participant, ...]:
         """The progress transaction of the batch, open (progress.py); none without option
-        consumerGroup."""
-        progress = batch_progress(self._options, batch_id)
-        if progress is None:
+        consumerGroup, or with the group on another cluster (committed after the rows)."""
+        where = self._options.progress
+        if where is None or where.elsewhere:
             return ()
+        progress = batch_progress(self._options, batch_id)
+        assert progress is not None
         return (open_progress(self._options, self._run, progress),)
 
     def _checked(

@@ -17,13 +17,14 @@ is wrong.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kafka_txn_sink.errors import ConfigError, KafkaTxnSinkError
-from kafka_txn_sink.group_options import CONSUMER_GROUP
-from kafka_txn_sink.kafka.cluster import Cluster, client_config
+from kafka_txn_sink.group_options import CONSUMER_GROUP, GROUP_KAFKA_PREFIX, GroupOptions
+from kafka_txn_sink.kafka.cluster import Cluster, client_config, shared_cluster
 from kafka_txn_sink.kafka.permissions import (
     Permission,
     group_permission,
@@ -59,17 +60,19 @@ def batch_progress(options: SinkOptions, batch_id: int) -> GroupProgress | None:
 
 def check_progress_start(options: SinkOptions, cluster: Cluster) -> None:
     """Before a batch with option consumerGroup: the query reads Kafka topics that live on the
-    output cluster, and the group has no active member (whose own commits would interleave
-    with the sink's).
+    group's cluster (the output's, by default), and the group has no active member (whose own
+    commits would interleave with the sink's).
 
     Raises:
         ConfigError: the checkpoint names no Kafka topic, an input topic or partition is not on
-            the output cluster, or the group has members; the message names the group.
+            the group's cluster, or the group has members; the message names the group.
         PermissionDeniedError: the sink may not describe the group.
     """
     if options.progress is None:
         return
     group, checkpoint = options.progress.group, options.progress.checkpoint
+    if options.progress.elsewhere:
+        cluster = group_cluster(options.progress, options.commit_timeout_ms)
     batch = newest_batch(checkpoint, options.s3)
     if batch is not None:
         _check_input_here(options, cluster, batch_end_offsets(checkpoint, batch, options.s3))
@@ -102,11 +105,25 @@ def _check_input_here(options: SinkOptions, cluster: Cluster, offsets: GroupOffs
 
 def _input_elsewhere(options: SinkOptions, topic: str, detail: str) -> ConfigError:
     assert options.progress is not None
+    if options.progress.elsewhere:
+        where = f"the group's cluster {options.progress.bootstrap}"
+        why = f"option {GROUP_KAFKA_PREFIX}bootstrap.servers must name the input's cluster"
+    else:
+        where = f"the output cluster {options.bootstrap_servers}"
+        why = (
+            f"the offsets are committed in the output's transactions, so the input must live "
+            f"there too, or name its cluster with option {GROUP_KAFKA_PREFIX}bootstrap.servers"
+        )
     return ConfigError(
         f"option {CONSUMER_GROUP} ({options.progress.group}): input topic {topic} is not on "
-        f"the output cluster {options.bootstrap_servers} ({detail}); the offsets are committed "
-        f"in the output's transactions, so the input must live there too"
+        f"{where} ({detail}); {why}"
     )
+
+
+def group_cluster(progress: GroupOptions, timeout_ms: int) -> Cluster:
+    """The admin client of the group's own cluster (option consumerGroup.kafka.*), kept for the
+    process."""
+    return shared_cluster(progress.bootstrap, progress.kafka, timeout_ms)
 
 
 def open_progress(options: SinkOptions, run: RunRef, progress: GroupProgress) -> Participant:
@@ -121,7 +138,10 @@ def open_progress(options: SinkOptions, run: RunRef, progress: GroupProgress) ->
     txn = ProgressTransaction(options.producer_config(txn_id), options.client_timeout_s)
     txn.init()
     try:
-        txn.send_offsets(progress, _group_metadata(options, progress.group))
+        metadata = group_metadata(
+            options.bootstrap_servers, options.kafka, options.commit_timeout_ms, progress.group
+        )
+        txn.send_offsets(progress, metadata)
         triple = txn.open_triple()
     except BaseException:
         txn.abort()
@@ -173,6 +193,21 @@ class ProgressTransaction(TaskTransaction):
                 _needed(error.code(), progress), self.transactional_id,
             ) or KafkaTxnSinkError(f"{step} failed: {error.str()}{hint}") from exc  # fmt: skip
 
+    def commit(self) -> None:
+        """EndTxn(commit), waiting for its answer.
+
+        Raises:
+            KafkaTxnSinkError: refused, fenced, or no answer (its outcome is then unknown).
+        """
+        try:
+            self._client.commit_transaction(self._timeout_s)
+        except KafkaException as exc:
+            error = exc.args[0]
+            raise KafkaTxnSinkError(
+                f"EndTxn(commit) of {self.transactional_id} failed ({error.str()}); the group "
+                f"keeps what it held unless the commit landed: the next batch commits again"
+            ) from exc
+
     def open_triple(self) -> Triple:
         """The open transaction's triple; the client is dropped unclosed, so it stays open."""
         triple = self._read_triple()
@@ -188,10 +223,10 @@ def _needed(code: int, progress: GroupProgress) -> Permission:
     return group_permission("Read", progress.group)
 
 
-def _group_metadata(options: SinkOptions, group: str) -> Any:
+def group_metadata(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int, group: str) -> Any:
     """The group's metadata as a client that never joins it sends it (generation -1, no member
     id): the start refuses a group with active members (start.py)."""
-    config = client_config(options.bootstrap_servers, options.kafka, options.commit_timeout_ms)
+    config = client_config(bootstrap, kafka, timeout_ms)
     consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
     try:
         return consumer.consumer_group_metadata()

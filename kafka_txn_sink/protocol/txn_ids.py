@@ -8,8 +8,10 @@ restarts. Logs written before slots existed used `{sinkId}-{partition}` (slot No
 Recovery has one more, `{sinkId}-republish`, for publishing again the file references of a
 decided batch whose transactions the broker aborted (files mode). A query with `consumerGroup`
 has one more per slot, `{sinkId}-{slot}-g`: the driver's progress transaction, which commits the
-batch's input offsets to the group beside its output (progress.py). Sink ids have no '-', so no
-id of one sink is ever an id of another.
+batch's input offsets to the group beside its output (progress.py). With the group on another
+cluster, that cluster knows one id of the sink, `{sinkId}-group` (progress_across.py), outside
+this pattern: the output's clean-up never touches it. Sink ids have no '-', so no id of one sink
+is ever an id of another.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from kafka_txn_sink.errors import ConfigError
 _SINK_ID = re.compile(r"^[A-Za-z0-9._]{1,200}$")
 REPUBLISH = "republish"
 PROGRESS = "g"
+GROUP = "group"
 # Runs that may hold ids at once; the model (model/README.md) needs at least 2.
 SLOTS = 4
 
@@ -52,6 +55,11 @@ def progress_id(sink_id: str, *, slot: int) -> str:
     if not 0 <= slot < SLOTS:
         raise ValueError(f"need 0 <= slot < {SLOTS}, got {slot}")
     return f"{sink_id}-{slot}-{PROGRESS}"
+
+
+def group_id(sink_id: str) -> str:
+    """The id of the sink's commits to a consumer group on another cluster: `{sinkId}-group`."""
+    return f"{sink_id}-{GROUP}"
 
 
 def republish_id(sink_id: str) -> str:

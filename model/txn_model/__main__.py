@@ -82,7 +82,8 @@ def parse(argv: list[str]) -> Config:
         choices=[o for o in OFFSETS if o],
         default="",
         help="with --repair: commit each batch's end offsets to a consumer group with a "
-        "progress participant, or by a rejected design (plain, first)",
+        "progress participant, by a fenced transaction after the completion (a group on another "
+        "cluster), or by a rejected design (plain, first, blind)",
     )
     parser.add_argument(
         "--txn-ids",

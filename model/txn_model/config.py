@@ -26,9 +26,10 @@ class Variant(str, Enum):
 
 
 TXN_IDS = ("pool", "attempt", "unique")
-OFFSETS = ("", "participant", "plain", "first")
+OFFSETS = ("", "participant", "fenced", "plain", "first", "blind")
 """How a batch's input end offsets reach a consumer group (issue 27, offsets.py): not at all,
-the progress participant the product builds, or a rejected design (README.md, "Consumer-group
+the progress participant the product builds, the fenced commit after the completion it builds
+for a group on another cluster, or a rejected design (README.md, "Consumer-group
 progress")."""
 REPAIR_FLAWS = ("", "loss-recorded", "in-doubt")
 """Repair designs rejected (issue 26), each with its counterexample (README.md, "Repair rounds"):

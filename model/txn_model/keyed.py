@@ -227,9 +227,53 @@ def _repair_put(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     yield say(driver, text), at_phase(world, driver, Phase.PHASE2)
 
 
+_AFTER_PHASE2 = {
+    "plain": Phase.OFFSETS_PLAIN,
+    "fenced": Phase.FENCE_INIT,
+    "blind": Phase.FENCE_INIT,
+}
+
+
 def _phase2(world: World, config: Config, driver: Driver) -> Iterator[Step]:
-    then = Phase.OFFSETS_PLAIN if config.offsets == "plain" else Phase.SWEEP_DESCRIBE
+    then = _AFTER_PHASE2.get(config.offsets, Phase.SWEEP_DESCRIBE)
     return roll_forward(world, config, driver, then)
+
+
+def _fence_init(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    """As commit() after the completion: it waits for the sink's commit markers; a row of the
+    batch still not visible then was lost, and commit() has raised (TransactionLostError)."""
+    if not offsets.batch_visible(world, config, driver.batch):
+        if not offsets.markers_pending(world):
+            yield _raise(world, driver, "a row of the batch is lost", Status.FAILED)
+        return
+    started = offsets.fence_init(world, driver)
+    if started is not None:  # else InitProducerId answers CONCURRENT_TRANSACTIONS: it retries
+        text, world, driver, following = started
+        yield say(driver, text), at_phase(world, driver, following)
+
+
+def _fence_read(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    read = offsets.fence_read(world, config, driver)
+    if read is not None:
+        text, driver = read
+        yield say(driver, text), at_phase(world, driver, Phase.FENCE_SEND)
+
+
+def _fence_send(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    text, world, ok = offsets.fence_send(world, driver)
+    if ok:
+        yield say(driver, text), at_phase(world, driver, Phase.FENCE_END)
+    else:
+        yield _raise(world, driver, text, Status.FAILED)
+
+
+def _fence_end(world: World, config: Config, driver: Driver) -> Iterator[Step]:
+    text, world, ok = offsets.fence_end(world, driver)
+    if ok:
+        driver = driver._replace(fence=None)
+        yield say(driver, text), at_phase(world, driver, Phase.SWEEP_DESCRIBE)
+    else:
+        yield _raise(world, driver, text, Status.FAILED)
 
 
 def _sweep_read(world: World, config: Config, driver: Driver) -> Iterator[Step]:
@@ -328,6 +372,10 @@ KEYED_PHASES: dict[Phase, PhaseSteps] = {
     Phase.REPAIR_PUT: _repair_put,
     Phase.OFFSETS_OPEN: _offsets_open,
     Phase.OFFSETS_PLAIN: _offsets_plain,
+    Phase.FENCE_INIT: _fence_init,
+    Phase.FENCE_READ: _fence_read,
+    Phase.FENCE_SEND: _fence_send,
+    Phase.FENCE_END: _fence_end,
 }
 """The driver's steps in `keyed`: the shared ones (tasks launched and collected, the clean-up's
 describe and aborts, Spark recording the batch) and the product's own."""

@@ -12,12 +12,21 @@ coordinator's timeout aborted a data participant), so that the completion record
 the data and the replay's repair commits the offsets again with the repaired rows. The group
 takes the offsets when the coordinator writes the commit markers.
 
+`fenced` (what the product builds when the group lives on another cluster than the output, where
+no transaction can hold both): after the completion, once every row of the batch is visible, the
+driver commits the offsets in a transaction of its own on the group's cluster, on one id for
+the whole sink (`x-g`: InitProducerId fences any other driver's), reading the group (stable)
+inside it and committing the newer of what it holds and the batch's end offsets. Not atomic
+with the rows (a crash between them leaves the group behind until the next batch), but never
+ahead of them and never back.
+
 Rejected designs (the other values of `config.OFFSETS`), each with its counterexample in
 README.md:
 - `plain`: no progress transaction; after the roll-forward, a plain OffsetCommit of the batch's
   end offsets when every row of it is visible;
 - `first`: the progress participant ended like any other, in the decision's order (first),
-  committed whatever happened to the data.
+  committed whatever happened to the data;
+- `blind`: `fenced` without the read, committing the batch's own offsets: the fence alone.
 """
 
 from __future__ import annotations
@@ -29,15 +38,23 @@ from model.txn_model.coordinator import (
     Row,
     Triple,
     TxnState,
+    end_txn,
     held_in,
     init_producer,
+    preparing_ids,
     produce,
 )
 from model.txn_model.repair import COMMITTING
-from model.txn_model.state import Driver, Message, World
+from model.txn_model.state import Driver, Message, Phase, World
 
 PROGRESS = -1
 """The partition number of the progress participant in messages, decisions and completions."""
+
+ELSEWHERE = -2
+"""The partition number of the offsets a `fenced` transaction commits (they are not rows)."""
+
+FENCE_ID = "x-g"
+"""`fenced`: the sink's one transactional id on the group's cluster (not among its pool's)."""
 
 WAIT = "wait"
 """`next_end`'s answer when the progress participant must wait for markers."""
@@ -103,7 +120,7 @@ def next_end(world: World, config: Config, entry: Entry) -> tuple[Triple, bool] 
 
 def applied(world: World, rows: tuple[Row, ...]) -> World:
     """The coordinator wrote commit markers for `rows`: the group takes any offsets among them."""
-    batches = [batch for batch, partition in rows if partition == PROGRESS]
+    batches = [batch for batch, partition in rows if partition in (PROGRESS, ELSEWHERE)]
     return take(world, batches[0]) if batches else world
 
 
@@ -144,3 +161,52 @@ def plain_commit(world: World, config: Config, batch: int) -> tuple[str, World]:
     if not batch_visible(world, config, batch):
         return "no plain OffsetCommit: a row of the batch is not visible", world
     return f"plain OffsetCommit of batch {batch}'s end offsets", take(world, batch)
+
+
+def fence_init(world: World, driver: Driver) -> tuple[str, World, Driver, Phase] | None:
+    """`fenced`, once every row of the batch is visible: InitProducerId of `FENCE_ID`, and the
+    driver's next phase; None while it answers CONCURRENT_TRANSACTIONS (it retries)."""
+    coordinator, outcome, triple = init_producer(world.coordinator, FENCE_ID)
+    if outcome is Outcome.CONCURRENT:
+        if coordinator == world.coordinator:
+            return None
+        text = f"init_transactions({FENCE_ID}) fences its open transaction"
+        return text, world._replace(coordinator=coordinator), driver, Phase.FENCE_INIT
+    assert triple is not None
+    text = f"init_transactions({FENCE_ID}): {triple}"
+    driver = driver._replace(fence=(triple, -1))
+    return text, world._replace(coordinator=coordinator), driver, Phase.FENCE_READ
+
+
+def markers_pending(world: World) -> bool:
+    """Some transaction of the sink is PrepareCommit (what `Settler.wait_visible` waits out)."""
+    return any(txn_id != FENCE_ID for txn_id in preparing_ids(world.coordinator))
+
+
+def fence_read(world: World, config: Config, driver: Driver) -> tuple[str, Driver] | None:
+    """`fenced`: OffsetFetch with require_stable (None while a commit of the group is pending);
+    the target is the newer of the group's offsets and the batch's (`blind`: the batch's)."""
+    if FENCE_ID in preparing_ids(world.coordinator):
+        return None
+    assert driver.fence is not None
+    target = driver.batch if config.offsets == "blind" else max(world.group[0], driver.batch)
+    text = f"reads the group at batch {world.group[0]}'s offsets: commits batch {target}'s"
+    return text, driver._replace(fence=(driver.fence[0], target))
+
+
+def fence_send(world: World, driver: Driver) -> tuple[str, World, bool]:
+    """`fenced`: AddOffsetsToTxn and TxnOffsetCommit of the target; False when fenced."""
+    assert driver.fence is not None
+    triple, target = driver.fence
+    coordinator, outcome = produce(world.coordinator, triple, ((target, ELSEWHERE),))
+    text = f"TxnOffsetCommit of batch {target}'s offsets in {triple}: {outcome.value}"
+    return text, world._replace(coordinator=coordinator), outcome is Outcome.OK
+
+
+def fence_end(world: World, driver: Driver) -> tuple[str, World, bool]:
+    """`fenced`: EndTxn(commit) of its transaction; False when fenced or timed out."""
+    assert driver.fence is not None
+    triple, _ = driver.fence
+    coordinator, outcome = end_txn(world.coordinator, triple, commit=True)
+    text = f"EndTxn(commit) {triple}: {outcome.value}"
+    return text, world._replace(coordinator=coordinator), outcome is Outcome.OK

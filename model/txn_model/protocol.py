@@ -157,7 +157,8 @@ def _environment_steps(world: World, config: Config) -> Iterator[Step]:
         txn = describe(world.coordinator, txn_id)
         assert txn is not None
         triple = Triple(txn_id, txn.producer_id, txn.epoch)
-        visible = tuple(sorted((*world.visible, *((row, triple) for row in rows))))
+        shown = [row for row in rows if row[1] != offsets.ELSEWHERE]  # offsets are not rows
+        visible = tuple(sorted((*world.visible, *((row, triple) for row in shown))))
         what = "commit" if rows else "abort"
         marked = offsets.applied(world._replace(coordinator=coordinator, visible=visible), rows)
         yield f"coordinator writes {what} markers of {triple}", marked
@@ -387,6 +388,8 @@ def _open_triples(world: World) -> tuple[Triple, ...]:
     """DescribeTransactions of every id of the sink: the open transactions' triples."""
     triples = []
     for txn_id in ongoing_ids(world.coordinator):
+        if txn_id == offsets.FENCE_ID:
+            continue  # on the group's cluster, not among the sink's ids
         txn = describe(world.coordinator, txn_id)
         assert txn is not None
         triples.append(Triple(txn_id, txn.producer_id, txn.epoch))

@@ -43,6 +43,10 @@ class Phase(str, Enum):
     # keyed with consumer-group offsets (issue 27)
     OFFSETS_OPEN = "commit(): open the progress transaction"
     OFFSETS_PLAIN = "commit(): plain OffsetCommit (a rejected design)"
+    FENCE_INIT = "commit(): InitProducerId of the sink's group id on the input cluster"
+    FENCE_READ = "commit(): OffsetFetch (stable) of the group"
+    FENCE_SEND = "commit(): AddOffsetsToTxn and TxnOffsetCommit of the newer offsets"
+    FENCE_END = "commit(): EndTxn(commit) of the group's transaction"
 
 
 class Status(str, Enum):
@@ -83,6 +87,7 @@ class Driver(NamedTuple):
     abort_run: tuple[int, int] | None = None  # keyed: (number, slot) abort()'s writer recorded
     ending: Status | None = None  # keyed: in abort(), how the run ends when it returns
     repair: tuple[int, tuple[int, ...]] = (0, ())  # repair: (level, partitions) it planned
+    fence: tuple[Triple, int] | None = None  # offsets fenced: its group transaction, the target
 
     @property
     def alive(self) -> bool:

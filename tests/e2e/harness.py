@@ -60,6 +60,7 @@ class Pipeline:
     signals_name: str = "failpoints"  # a second driver of the same sink blocks on its own points
     remote: str = ""  # a Spark Connect server's URL: `python` is its client, the query runs there
     register: bool = False  # kafka_txn_sink.register(spark) before the query
+    input_bootstrap: str = ""  # the input topic's cluster, when not the output's
 
     @property
     def commit_log(self) -> Path:
@@ -110,6 +111,8 @@ class Pipeline:
             args += ["--remote", self.remote]
         if self.register:
             args.append("--register")
+        if self.input_bootstrap:
+            args += ["--input-bootstrap", self.input_bootstrap]
         env = {
             **os.environ,
             "PYSPARK_PYTHON": self.python,

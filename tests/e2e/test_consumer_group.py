@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer
 
 from kafka_txn_sink import cli
+from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.messages import PROGRESS_PARTITION
+from kafka_txn_sink.protocol.txn_ids import group_id
 from kafka_txn_sink.spark_checkpoint import batch_end_offsets
+from kafka_txn_sink.testing import KafkaBroker
 from kafka_txn_sink.testing.consumer_groups import describe_group, group_offsets
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.conftest import NEWEST, SPARK_LINES
@@ -23,6 +27,7 @@ from tests.e2e.harness import (
     Pipeline,
     assert_exactly_once,
     committed_report,
+    create_topics,
     kill_group,
     open_transactions,
     produce_ids,
@@ -223,3 +228,41 @@ def test_a_progress_aborted_by_the_timeout_is_committed_again_by_the_replay(
         assert PROGRESS_PARTITION in lost and len(lost) == len(decision.participants)
     assert _described(pipeline, group) == _end_of(pipeline, 1)
     assert sum(sum(parts.values()) for parts in _described(pipeline, group).values()) == 500
+
+
+@pytest.mark.parametrize("pipeline", [NEWEST], indirect=True)
+def test_a_group_on_the_inputs_own_cluster_follows_the_rows_after_a_kill(
+    pipeline: Pipeline, make_kafka_broker: Callable[..., KafkaBroker]
+) -> None:
+    """Input and group on one broker, output on another: the offsets are committed after each
+    batch's rows. Killed between batch 1's rows and its offsets, the group holds batch 0's end
+    (behind the visible rows, never ahead); after the restart every id once and the group at the
+    last batch's end, with nothing left open on the group's cluster."""
+    source = make_kafka_broker()
+    create_topics(source.bootstrap, 3, pipeline.input)
+    pipeline.input_bootstrap = source.bootstrap
+    group = _with_group(pipeline)
+    pipeline.options["consumerGroup.kafka.bootstrap.servers"] = source.bootstrap
+    ids = produce_ids(source.bootstrap, pipeline.input, N)
+
+    process = pipeline.start("driver.before_group_commit=block@1")
+    pipeline.wait_reached("driver.before_group_commit", process)
+    kill_group(process)
+
+    assert group_offsets(describe_group(source.bootstrap, group)) == _end_of(pipeline, 0)
+    visible = committed_report(pipeline.bootstrap, pipeline.output, ids).seen
+    assert visible == sum(sum(parts.values()) for parts in _end_of(pipeline, 1).values())
+    outcome = pipeline.run()
+
+    assert outcome.returncode == 0, outcome.error
+    assert_exactly_once(pipeline, ids)
+    last = outcome.result["batches"]
+    assert isinstance(last, list) and last
+    rows = describe_group(source.bootstrap, group)
+    assert group_offsets(rows) == _end_of(pipeline, last[-1])
+    assert sum(r.current or 0 for r in rows) == N and all(r.lag == 0 for r in rows), rows
+    with TxnAdmin(source.bootstrap, {}) as txn_admin:
+        state = txn_admin.describe([group_id(pipeline.sink_id)])[group_id(pipeline.sink_id)]
+    assert state.state != "Ongoing", state
+    decision = pipeline.open_log().decision(1)
+    assert decision is not None and all(p.progress is None for p in decision.participants)

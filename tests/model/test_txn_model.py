@@ -487,6 +487,38 @@ def test_a_plain_offset_commit_after_the_completion_moves_the_group_back() -> No
     assert result.trace[-1] == "driver 1 b0: plain OffsetCommit of batch 0's end offsets"
 
 
+FENCED_CONFIGS = [
+    # The trace in which `plain` moves the group back: two drivers, two batches, no fault.
+    pytest.param({"timeouts": 0, "batches": 2}, id="two-drivers-two-batches"),
+    pytest.param({}, id="timeout"),
+    pytest.param({"drivers": 3, "concurrent": False, "timeouts": 2, "crashes": 1}, id="restarts"),
+    pytest.param({"batches": 2}, id="two-batches-timeout", marks=pytest.mark.full),  # 85 s
+    pytest.param({"crashes": 1}, id="crash", marks=pytest.mark.full),
+    pytest.param({"late_writes": 1}, id="write-in-doubt", marks=pytest.mark.full),
+]
+
+
+@pytest.mark.parametrize("faults", FENCED_CONFIGS)
+def test_a_group_on_another_cluster_is_never_ahead_and_never_back(faults: dict[str, Any]) -> None:
+    """The design for a group on another cluster than the output: after the completion, a
+    transaction on one fenced id reads the group and commits the newer offsets. Not atomic
+    with the rows, but never ahead of them, never back, and at the last batch once a run
+    finished."""
+    result = explore(replace(OFFSETS, offsets="fenced", **faults))
+
+    assert result.ok, "\n".join([str(result.violation), *result.trace])
+
+
+def test_the_fence_alone_does_not_keep_the_group_from_moving_back() -> None:
+    """Rejected: the fenced transaction committing the batch's own offsets without reading the
+    group. The older driver's replay of batch 0 is fenced by nobody, and commits."""
+    result = explore(replace(OFFSETS, offsets="blind", timeouts=0, batches=2))
+
+    assert result.violation == "group offsets moved back: batch 1's, then batch 0's"
+    assert len(result.trace) == 62
+    assert result.trace[-1].startswith("coordinator writes commit markers of (x-g")
+
+
 def test_offsets_committed_before_the_rows_run_ahead_of_the_output() -> None:
     """Rejected: the progress participant ended first, like any participant."""
     result = explore(replace(OFFSETS, offsets="first", drivers=1, timeouts=0))
