@@ -20,6 +20,8 @@ broker is warm.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import sys
 import tempfile
@@ -96,6 +98,7 @@ class Sink:
     sink_id: str
     checkpoint: Path | None
     slot: int = 0
+    profile: cProfile.Profile | None = None  # commit() of the measured rounds, with --profile
     commit_ms: list[float] = field(default_factory=list)
     both_ms: list[float] = field(default_factory=list)
     cold: tuple[float, float] | None = None
@@ -120,7 +123,8 @@ def new_sink(bootstrap: str, work: Path, topic: str, tasks: int, group: bool) ->
 
 
 def measure(
-    bootstrap: str, work: Path, tasks: int, rounds: int, group: bool = False
+    bootstrap: str, work: Path, tasks: int, rounds: int, group: bool = False,
+    profile: bool = False,
 ) -> list[dict[str, Any]]:
     """Per size, the plain sink (and with `group` a consumerGroup sink beside it, their
     batches alternated): commit() and streamWriter() + commit() in ms."""
@@ -130,6 +134,7 @@ def measure(
     if group:
         sinks.append(new_sink(bootstrap, work, topic, tasks, True))
     for sink in sinks:  # the query's start: claims the new log and records this run's slot
+        sink.profile = cProfile.Profile() if profile else None
         if sink.checkpoint is not None:
             _write_offsets(sink.checkpoint, 0, topic)
         sink.slot = sink.source.streamWriter(SCHEMA, False).plan.run.slot
@@ -137,6 +142,10 @@ def measure(
         for batch_id in range(rounds + 1 + WARMUP_ROUNDS):
             for sink in sinks:
                 one_batch(bootstrap, topic, sink, batch_id, tasks, pool)
+    for sink in sinks:
+        if sink.profile is not None:
+            print(f"commit() of {sink.name} at {tasks} tasks, {rounds} rounds, by cumulative time:")
+            pstats.Stats(sink.profile).sort_stats("cumulative").print_stats(35)
     return [summary(sink, tasks, rounds) for sink in sinks]
 
 
@@ -149,8 +158,15 @@ def one_batch(
     started = time.perf_counter()
     writer = sink.source.streamWriter(SCHEMA, False)
     planned = time.perf_counter()
+    profiled = sink.profile is not None and batch_id > WARMUP_ROUNDS
+    if profiled:
+        assert sink.profile is not None
+        sink.profile.enable()
     writer.commit(list(messages), batch_id)
     done = time.perf_counter()
+    if profiled:
+        assert sink.profile is not None
+        sink.profile.disable()
     if sink.cold is None:
         sink.cold = ((done - planned) * 1000, (done - started) * 1000)
     if batch_id > WARMUP_ROUNDS:
@@ -188,6 +204,9 @@ def main() -> int:
         action="store_true",
         help="also a sink with option consumerGroup, its batches alternated with the plain one's",
     )
+    parser.add_argument(
+        "--profile", action="store_true", help="print where commit() spends its time (cProfile)"
+    )
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, testing.kafka_bootstrap(Path(tmp)) as bootstrap:
         results = [
@@ -195,7 +214,7 @@ def main() -> int:
             for n in options.tasks
             for result in measure(
                 bootstrap, Path(tmp), n, options.rounds or DEFAULT_ROUNDS.get(n, 20),
-                options.consumer_group,
+                options.consumer_group, options.profile,
             )
         ]  # fmt: skip
     print(report(results))

@@ -3,7 +3,7 @@
 The core install runs records mode with a JSON commit log on a local or mounted path. Each other
 feature comes with an extra: files mode (`files`), an `s3://` location (`s3`), the Delta commit
 log (`delta`), a PKCS#12 keystore (`keystore`), the verifier (`verify`), record formats of a
-Schema Registry (`registry`); `all` has them all. The
+Schema Registry (`registry`, and `protobuf` for that format); `all` has them all. The
 driver checks the options at its start (`check_install`, called by `options.parse_options`) and
 the command line checks its arguments (`require`), so that a missing extra is one clear error
 naming the option and the `pip install` line, never an ImportError in a task.
@@ -31,6 +31,7 @@ EXTRAS: Mapping[str, tuple[str, ...]] = {
     "keystore": ("cryptography",),
     "verify": ("numpy", "fastavro", "boto3", "botocore"),
     "registry": ("confluent_kafka.schema_registry", "fastavro", "jsonschema", "numpy"),
+    "protobuf": ("grpc_tools", "google.protobuf"),
 }
 
 
@@ -40,7 +41,14 @@ class MissingExtraError(ConfigError):
 
 def missing_modules(extra: str) -> list[str]:
     """The modules of `extra` that this Python cannot import."""
-    return [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
+    return [name for name in EXTRAS[extra] if not _importable(name)]
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a submodule's parent is missing too (`google` of protobuf)
+        return False
 
 
 def needs(options: SinkOptions) -> list[tuple[str, str]]:
@@ -51,7 +59,10 @@ def needs(options: SinkOptions) -> list[tuple[str, str]]:
     if options.files is not None:
         found.append(("option path (files mode)", "files"))
         found += location_needs("option path", options.files.path)
-    found += [(f"option {f.column}Format={f.format}", "registry") for f in options.serde.fields()]
+    for f in options.serde.fields():
+        found.append((f"option {f.column}Format={f.format}", "registry"))
+        if f.format == "protobuf":
+            found.append((f"option {f.column}Format=protobuf", "protobuf"))
     if any(key.lower() == "ssl.keystore.location" for key in options.kafka):
         found.append(("option kafka.ssl.keystore.location", "keystore"))
     return found

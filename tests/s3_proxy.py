@@ -8,14 +8,21 @@ show the fault was really injected), and stops itself after `lifetime_s` at the 
     with HeaderDroppingProxy(s3_endpoint) as proxy:
         ... use proxy.endpoint as the S3 endpoint ...
     assert proxy.dropped > 0
+
+Given a server-side `ssl.SSLContext` (`tls`), the proxy serves HTTPS instead (the endpoint behind
+it stays plain HTTP); each connection's handshake runs in its own thread, and the handshakes
+that failed are counted (`failed_handshakes`).
 """
 
 from __future__ import annotations
 
 import http.client
+import socket
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
+from typing import Any
 from urllib.parse import urlsplit
 
 # Headers that describe one connection, not the request; never forwarded.
@@ -39,6 +46,7 @@ class HeaderDroppingProxy:
         drop: tuple[str, ...] = ("If-None-Match",),
         lifetime_s: float = 300.0,
         timeout_s: float = 30.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         target = urlsplit(upstream)
         if target.scheme != "http" or not target.hostname:
@@ -50,9 +58,10 @@ class HeaderDroppingProxy:
         self.lifetime_s = lifetime_s
         self.dropped = 0
         self.requests = 0
+        self.failed_handshakes = 0
+        self.tls = tls
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
+        self._server = _Server(self)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._timer = threading.Timer(lifetime_s, self.stop)
         self._timer.daemon = True
@@ -60,7 +69,7 @@ class HeaderDroppingProxy:
     @property
     def endpoint(self) -> str:
         port = self._server.server_address[1]
-        return f"http://127.0.0.1:{port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
 
     def start(self) -> HeaderDroppingProxy:
         self._thread.start()
@@ -89,6 +98,10 @@ class HeaderDroppingProxy:
             self.requests += 1
             self.dropped += dropped
 
+    def _count_failed_handshake(self) -> None:
+        with self._lock:
+            self.failed_handshakes += 1
+
     def forward(
         self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
     ) -> tuple[int, str, list[tuple[str, str]], bytes]:
@@ -109,6 +122,33 @@ class HeaderDroppingProxy:
             return response.status, response.reason, answer, payload
         finally:
             connection.close()
+
+
+class _Server(ThreadingHTTPServer):
+    """The proxy's server on a loopback port: HTTPS when the proxy has a TLS context, each
+    connection's handshake in the connection's own thread (a failed one is counted, not
+    served)."""
+
+    daemon_threads = True
+
+    def __init__(self, proxy: HeaderDroppingProxy) -> None:
+        super().__init__(("127.0.0.1", 0), _handler_for(proxy))
+        self.proxy = proxy
+
+    def finish_request(self, request: socket.socket, client_address: Any) -> None:
+        if self.proxy.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(self.proxy.timeout_s)
+        try:
+            secured = self.proxy.tls.wrap_socket(request, server_side=True)
+        except OSError:  # ssl.SSLError included: the client refused us, or we refused it
+            self.proxy._count_failed_handshake()
+            return
+        try:
+            super().finish_request(secured, client_address)
+        finally:
+            secured.close()
 
 
 def _handler_for(proxy: HeaderDroppingProxy) -> type[BaseHTTPRequestHandler]:

@@ -2,7 +2,8 @@
 
 A value is magic byte 0, a 4-byte schema id, then the payload; the schema is fetched from the
 registry once per id (confluent-kafka's client), and the payload decoded as its type says: Avro
-with fastavro, JSON Schema as JSON.
+with fastavro, JSON Schema as JSON, protobuf (the message indexes, then the message) as the dict
+of protobuf's JSON mapping, with the schema's `.proto` compiled (serde/protobuf.py).
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ class WireDecoder:
             raise InputError(f"schema id {schema_id}: the registry has no schema ({exc})") from None
         if (schema.schema_type or "AVRO") == "JSON":
             return json.loads
+        if schema.schema_type == "PROTOBUF":
+            from kafka_txn_sink import extras
+            from kafka_txn_sink.serde.protobuf import message_reader
+
+            extras.require(f"schema id {schema_id} (protobuf)", "protobuf")
+
+            return message_reader(schema.schema_str)
         import fastavro
 
         parsed = fastavro.parse_schema(json.loads(schema.schema_str))

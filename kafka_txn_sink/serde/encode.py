@@ -4,9 +4,10 @@ format, with the schema and id the driver resolved (serde/resolve.py); no regist
 Avro values are encoded by fastavro's schemaless writer (the encoder confluent-kafka's own
 AvroSerializer uses) after files mode's conversion of Spark values (`spark_avro.row_converter`);
 JSON values are made by `spark_json.json_converter`, checked against the JSON Schema (as
-confluent-kafka's JSONSchemaSerializer does) and dumped compactly. A null cell stays null (a
-record without a key, or a tombstone). A value that does not fit its schema fails the task
-with an error naming the column, the row and the subject.
+confluent-kafka's JSONSchemaSerializer does) and dumped compactly; protobuf messages are made of
+the same JSON values (serde/protobuf.py), from the `.proto` the driver compiled. A null cell
+stays null (a record without a key, or a tombstone). A value that does not fit its schema fails
+the task with an error naming the column, the row and the subject.
 """
 
 from __future__ import annotations
@@ -37,12 +38,11 @@ class FieldEncoder:
         self._prefix = encoding.prefix
         # The schema Spark's type maps to fits every value by construction: no check per value,
         # and Avro of whole Arrow columns (avro_columns.py).
-        derived = encoding.schema == derived_schema(
+        derived = encoding.format != "protobuf" and encoding.schema == derived_schema(
             encoding.column, encoding.data_type, encoding.format
         )
         avro = encoding.format == "avro"
-        payload = _avro_payload if avro else _json_payload
-        self._payload = payload(encoding, derived)
+        self._payload = _PAYLOADS[encoding.format](encoding, derived)
         self._columnar = json.loads(encoding.schema) if avro and derived else None
         self._arrow_cells = _arrow_cells(encoding)
         self._to_arrow: RowsToArrow | None = None  # the row writer's cells as one Arrow column
@@ -166,6 +166,19 @@ def _json_payload(encoding: Encoding, derived: bool) -> Callable[[Any], bytes]:
         return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
     return payload
+
+
+def _protobuf_payload(encoding: Encoding, derived: bool) -> Callable[[Any], bytes]:
+    from kafka_txn_sink.serde.protobuf import payload_encoder
+
+    return payload_encoder(encoding.descriptor, encoding.data_type, encoding.column)
+
+
+_PAYLOADS: dict[str, Callable[[Encoding, bool], Callable[[Any], bytes]]] = {
+    "avro": _avro_payload,
+    "json-schema": _json_payload,
+    "protobuf": _protobuf_payload,
+}
 
 
 def _arrow_cells(encoding: Encoding) -> Callable[[pa.Array], list[Any]]:

@@ -1,14 +1,16 @@
 """Records mode's key and value formats and the Schema Registry they use: the options.
 
 `raw` (the default) takes `key` and `value` as Spark's Kafka sink does, string or binary. `avro`
-and `json-schema` take a column of any type (a struct, most often) and write it in Confluent's
-wire format, against a Schema Registry whose client settings are the options prefixed
-`schema.registry.` (`schema.registry.url`, its auth and TLS). The driver resolves each schema id
-before any transaction opens (serde/resolve.py); tasks only encode (serde/encode.py).
+and `json-schema` take a column of any type (a struct, most often), `protobuf` a struct and the
+user's `.proto`, and write it in Confluent's wire format, against a Schema Registry whose client
+settings are the options prefixed `schema.registry.` (`schema.registry.url`, its auth and TLS).
+The driver resolves each schema id before any transaction opens (serde/resolve.py); tasks only
+encode (serde/encode.py).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
@@ -17,19 +19,20 @@ from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.option import Option, truthy
 from kafka_txn_sink.redaction import mask_in_logs, redact
 
-Format = Literal["raw", "avro", "json-schema"]
+Format = Literal["raw", "avro", "json-schema", "protobuf"]
 Strategy = Literal["topic", "record", "topic_record"]
-FORMATS: tuple[Format, ...] = ("raw", "avro", "json-schema")
+FORMATS: tuple[Format, ...] = ("raw", "avro", "json-schema", "protobuf")
 STRATEGIES: tuple[Strategy, ...] = ("topic", "record", "topic_record")
 REGISTRY_PREFIX = "schema.registry."
+log = logging.getLogger(__name__)
 
 _Choice = TypeVar("_Choice", bound=str)
 
 KEY_FORMAT = Option(
     "keyFormat",
-    "how column `key` is written: `raw` (string or binary, as Spark's Kafka sink), `avro` or "
-    "`json-schema` (a column of any type, in Confluent's wire format: magic byte 0, the "
-    "schema id, the payload)",
+    "how column `key` is written: `raw` (string or binary, as Spark's Kafka sink), `avro`, "
+    "`json-schema` (a column of any type) or `protobuf` (a struct, with `keySchema`), in "
+    "Confluent's wire format: magic byte 0, the schema id, the payload",
     "raw",
     group="registry",
 )
@@ -37,8 +40,9 @@ VALUE_FORMAT = Option("valueFormat", "how column `value` is written, as `keyForm
                       group="registry")
 KEY_SCHEMA = Option(
     "keySchema",
-    "the key's schema (Avro schema JSON, or a JSON Schema); by default derived from the "
-    "column's Spark type (for Avro as files mode maps types, the record named `Key`)",
+    "the key's schema (Avro schema JSON, a JSON Schema, or `.proto` text whose first message "
+    "is written); by default derived from the column's Spark type (for Avro as files mode "
+    "maps types, the record named `Key`); required with `protobuf`",
     group="registry",
 )
 VALUE_SCHEMA = Option("valueSchema", "the value's schema, as `keySchema` (record `Value`)",
@@ -49,7 +53,8 @@ VALUE_SUBJECT = Option("valueSubject", "the value's subject, as `keySubject`", g
 SUBJECT_NAME_STRATEGY = Option(
     "subjectNameStrategy",
     "`topic`: `<topic>-key` / `<topic>-value`; `record`: the record's full name; "
-    "`topic_record`: `<topic>-<full name>` (the record strategies need an Avro record schema)",
+    "`topic_record`: `<topic>-<full name>` (the record strategies need a named schema: an "
+    "Avro record, a titled JSON Schema, or a protobuf message: `package.Message`)",
     "topic",
     group="registry",
 )
@@ -70,9 +75,11 @@ USE_LATEST_VERSION = Option(
 REGISTRY_SETTINGS = Option(
     "schema.registry.*",
     "the Schema Registry client's settings, prefix removed: `schema.registry.url` (required "
-    "with `avro` or `json-schema`), `schema.registry.basic.auth.user.info` (`user:password`), "
-    "`schema.registry.bearer.auth.token`, `schema.registry.ssl.ca.location`, ... (secrets are "
-    "never logged)",
+    "with `avro`, `json-schema` or `protobuf`); basic auth as `schema.registry.basic.auth."
+    "username` and `.password` (Spark's plans hide a password there, not in "
+    "`basic.auth.user.info`); a static token as `bearer.auth.credentials.source=STATIC_TOKEN`, "
+    "`bearer.auth.token` and `bearer.auth.logical.cluster`; TLS as `ssl.ca.location`, "
+    "`ssl.certificate.location`, `ssl.key.location` (secrets are never logged)",
     group="registry",
 )
 
@@ -135,14 +142,56 @@ class SerdeOptions:
 
 def registry_settings(raw: Mapping[str, str]) -> dict[str, str]:
     """The options prefixed `schema.registry.`, prefix removed, names as given; their secrets
-    are masked in this process's logs from now on."""
+    are masked in this process's logs from now on. `basic.auth.username` and
+    `basic.auth.password` become the client's `basic.auth.user.info`.
+
+    Raises:
+        ConfigError: only one of the username and the password is given.
+    """
     settings = {
         str(k)[len(REGISTRY_PREFIX) :]: str(v)
         for k, v in raw.items()
         if str(k).lower().startswith(REGISTRY_PREFIX)
     }
     mask_in_logs(settings)
+    return _user_info_from_pair(settings)
+
+
+_PAIR = ("basic.auth.username", "basic.auth.password")
+_user_info_warned = False
+
+
+def _user_info_from_pair(settings: dict[str, str]) -> dict[str, str]:
+    """Spark prints a query's options in its plans and errors, redacting only names or values
+    that match `spark.redaction.regex` (by default secret|password|token|access.?key): a
+    password under `basic.auth.password` is hidden there, one inside `basic.auth.user.info`
+    is not. So the pair is offered, and turned into the client's own setting here."""
+    lowered = {k.lower(): k for k in settings}
+    given = [name for name in _PAIR if name in lowered]
+    if not given:
+        if "basic.auth.user.info" in lowered:
+            _warn_user_info()
+        return settings
+    if len(given) == 1 or "basic.auth.user.info" in lowered:
+        raise ConfigError(
+            f"options {REGISTRY_PREFIX}{_PAIR[0]} and {REGISTRY_PREFIX}{_PAIR[1]} go together, "
+            f"instead of {REGISTRY_PREFIX}basic.auth.user.info"
+        )
+    pair = [settings.pop(lowered[name]) for name in _PAIR]
+    settings["basic.auth.user.info"] = f"{pair[0]}:{pair[1]}"
+    mask_in_logs(settings)
     return settings
+
+
+def _warn_user_info() -> None:
+    global _user_info_warned
+    if not _user_info_warned:
+        _user_info_warned = True
+        log.warning(
+            "option %sbasic.auth.user.info is shown in clear in Spark's query plans and errors "
+            "(spark.redaction.regex does not match it); give %s%s and %s%s instead",
+            REGISTRY_PREFIX, REGISTRY_PREFIX, _PAIR[0], REGISTRY_PREFIX, _PAIR[1],
+        )  # fmt: skip
 
 
 def parse_serde_options(options: Mapping[str, str], raw: Mapping[str, str]) -> SerdeOptions:
@@ -167,14 +216,29 @@ def parse_serde_options(options: Mapping[str, str], raw: Mapping[str, str]) -> S
         if unused:
             raise ConfigError(
                 f"option(s) {', '.join(unused)} need option {KEY_FORMAT} or {VALUE_FORMAT} set "
-                f"to avro or json-schema"
+                f"to avro, json-schema or protobuf"
             )
     elif not parsed.registry.get("url", "").strip():
         raise ConfigError(
             f"option {REGISTRY_PREFIX}url is required with {_formats_in_use(parsed)}: the "
             f"Schema Registry's address (http[s]://host:port[/path])"
         )
+    _check_protobuf_schemas(parsed)
     return parsed
+
+
+def _check_protobuf_schemas(parsed: SerdeOptions) -> None:
+    """A protobuf column has its `.proto` (no schema is derived from a Spark type), unless it
+    is written with the subject's latest one."""
+    for f in parsed.fields():
+        if f.format == "protobuf" and f.schema is None and not parsed.use_latest:
+            schema_option = KEY_SCHEMA if f.column == "key" else VALUE_SCHEMA
+            format_option = KEY_FORMAT if f.column == "key" else VALUE_FORMAT
+            raise ConfigError(
+                f"option {schema_option} is required with {format_option}=protobuf: the "
+                f"message's .proto text (no protobuf schema is derived from the column's Spark "
+                f"type), or set {USE_LATEST_VERSION}=true to write with the subject's latest"
+            )
 
 
 def _field(
@@ -185,13 +249,17 @@ def _field(
     subject_option: Option,
 ) -> FieldFormat:
     chosen = _choice(options, format_option, FORMATS)
-    schema = options.get(schema_option.key, "").strip() or None
+    given_schema = options.get(schema_option.key, "")
+    schema = given_schema.strip() or None
+    if schema and chosen == "protobuf":
+        # Apicurio looks a .proto up by its bytes, so it must stay as registered from its file.
+        schema = given_schema
     subject = options.get(subject_option.key, "").strip() or None
     if chosen == "raw" and (schema or subject):
         given = schema_option if schema else subject_option
         raise ConfigError(
-            f"option {given} needs option {format_option} set to avro or json-schema (the "
-            f"column {column} is written raw)"
+            f"option {given} needs option {format_option} set to avro, json-schema or protobuf "
+            f"(the column {column} is written raw)"
         )
     return FieldFormat(column, chosen, schema, subject)
 

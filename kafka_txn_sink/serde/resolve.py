@@ -1,12 +1,14 @@
 """The driver's part of the record formats: each schema id resolved once, before any task.
 
-For each of `key` and `value` written as `avro` or `json-schema` the driver takes the schema
-(the user's `keySchema`/`valueSchema`, one derived from the column's Spark type, or with
-`useLatestVersion` the subject's latest), finds its subject (`keySubject`/`valueSubject`, or the
-strategy's name), and gets its id from the registry: registering it when `autoRegisterSchemas`
-allows (the registry checks compatibility), else looking it up. Any refusal fails the batch
+For each of `key` and `value` written as `avro`, `json-schema` or `protobuf` the driver takes
+the schema (the user's `keySchema`/`valueSchema`, one derived from the column's Spark type (not
+for protobuf), or with `useLatestVersion` the subject's latest), finds its subject
+(`keySubject`/`valueSubject`, or the strategy's name), and gets its id from the registry:
+registering it when `autoRegisterSchemas` allows (the registry checks compatibility), else
+looking it up. Any refusal fails the batch
 here, before a transaction opens, naming the subject, the registry and what it answered. The
-tasks get the ids and schemas in their plan (`Encoding`) and never call the registry.
+tasks get the ids and schemas in their plan (`Encoding`, with a `.proto` compiled) and never
+call the registry.
 """
 
 from __future__ import annotations
@@ -29,11 +31,18 @@ from kafka_txn_sink.serde.options import (
     Format,
     SerdeOptions,
 )
+from kafka_txn_sink.serde.protobuf import FIRST_MESSAGE
 
 # The registry client's deadlines unless the user sets them: a start waits at most about
 # (1 + retries) x timeout for each call.
 CLIENT_DEFAULTS = {"timeout": 10, "max.retries": 2}
-_TYPES: Mapping[Format, str] = {"avro": "AVRO", "json-schema": "JSON"}
+# The client's settings that are numbers, and the TLS files it reads when it is made.
+_NUMERIC_SETTINGS = frozenset(
+    {"timeout", "cache.capacity", "cache.latest.ttl.sec", "max.retries", "retries.wait.ms",
+     "retries.max.wait.ms"}
+)
+_TLS_FILES = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
+_TYPES: Mapping[Format, str] = {"avro": "AVRO", "json-schema": "JSON", "protobuf": "PROTOBUF"}
 
 
 @dataclass(frozen=True)
@@ -46,11 +55,14 @@ class Encoding:
     schema_id: int
     schema: str  # the schema text the id names
     data_type: DataType  # the column's Spark type
+    descriptor: bytes = b""  # protobuf: the schema compiled (serde/protobuf.py), else empty
 
     @property
     def prefix(self) -> bytes:
-        """Confluent's wire format before the payload: magic byte 0, the id (big-endian)."""
-        return b"\x00" + self.schema_id.to_bytes(4, "big")
+        """Confluent's wire format before the payload: magic byte 0, the id (big-endian), and
+        for protobuf the message indexes of the first message."""
+        indexes = FIRST_MESSAGE if self.format == "protobuf" else b""
+        return b"\x00" + self.schema_id.to_bytes(4, "big") + indexes
 
 
 @dataclass(frozen=True)
@@ -86,7 +98,13 @@ def schema_uses(encodings: Encodings | None) -> tuple[SchemaUse, ...]:
 
 def derived_schema(column: str, data_type: DataType, fmt: Format) -> str:
     """The schema of a column of `data_type` when the user gives none: Avro as files mode maps
-    Spark types (a struct is the record `Key` or `Value`), or a JSON Schema."""
+    Spark types (a struct is the record `Key` or `Value`), or a JSON Schema.
+
+    Raises:
+        ConfigError: for protobuf, whose schema is the user's.
+    """
+    if fmt == "protobuf":
+        raise ConfigError(f"option {column}Schema is required with {column}Format=protobuf")
     if fmt == "avro":
         from kafka_txn_sink.files.spark_avro import spark_to_avro
 
@@ -113,22 +131,45 @@ def _resolve_field(
             f"option {field.column}Format={field.format} names column {field.column}, which "
             f"the input does not have"
         )
+    if field.format == "protobuf" and not isinstance(data_type, StructType):
+        raise ConfigError(
+            f"option {field.column}Format=protobuf needs column {field.column} to be a struct "
+            f"(the message's fields), not {data_type.simpleString()}"
+        )
     url = serde.registry.get("url", "")
     if serde.use_latest:
         subject = field.subject or _subject(serde, field, topic, None)
         latest = _call(client.get_latest_version, subject, url=url, subject=subject)
         text = latest.schema.schema_str
         _check_type(latest.schema.schema_type, field, subject)
-        return Encoding(field.column, field.format, subject, latest.schema_id, text, data_type)
+        descriptor = _latest_descriptor(text, field, subject)
+        return Encoding(field.column, field.format, subject, latest.schema_id, text, data_type,
+                        descriptor)
     text = field.schema or derived_schema(field.column, data_type, field.format)
-    _check_schema_text(text, field)
+    descriptor = _check_schema_text(text, field)
     subject = field.subject or _subject(serde, field, topic, text)
     schema = _schema(text, field.format)
     if serde.auto_register:
         schema_id = _call(client.register_schema, subject, schema, url=url, subject=subject)
     else:
         schema_id = _looked_up(client, subject, schema, url)
-    return Encoding(field.column, field.format, subject, int(schema_id), text, data_type)
+    return Encoding(field.column, field.format, subject, int(schema_id), text, data_type,
+                    descriptor)
+
+
+def _latest_descriptor(text: str, field: FieldFormat, subject: str) -> bytes:
+    """The compiled latest `.proto` of a protobuf column; nothing for the other formats."""
+    if field.format != "protobuf":
+        return b""
+    from kafka_txn_sink.serde.protobuf import ProtoSchemaError, compile_proto
+
+    try:
+        return compile_proto(text)
+    except ProtoSchemaError as exc:
+        raise SchemaRegistryError(
+            f"the latest schema of subject {subject!r} is not a .proto text protoc compiles "
+            f"({USE_LATEST_VERSION}=true): {exc}"
+        ) from None
 
 
 def _looked_up(client: Any, subject: str, schema: Any, url: str) -> int:
@@ -175,7 +216,8 @@ def _subject(serde: SerdeOptions, field: FieldFormat, topic: str | None, text: s
     if full_name is None:
         raise ConfigError(
             f"option {SUBJECT_NAME_STRATEGY}={serde.strategy} needs a named schema for column "
-            f"{field.column} (an Avro record, or a JSON Schema with a title); with "
+            f"{field.column} (an Avro record, a JSON Schema with a title, or a protobuf "
+            f"message); with "
             f"{USE_LATEST_VERSION} give option {field.column}Subject"
         )
     if serde.strategy == "record":
@@ -189,6 +231,10 @@ def _subject(serde: SerdeOptions, field: FieldFormat, topic: str | None, text: s
 
 
 def _record_name(text: str, field: FieldFormat) -> str | None:
+    if field.format == "protobuf":
+        from kafka_txn_sink.serde.protobuf import full_name
+
+        return full_name(text)  # compiled already (_check_schema_text): cached
     body = json.loads(text)
     if not isinstance(body, dict):
         return None
@@ -201,14 +247,18 @@ def _record_name(text: str, field: FieldFormat) -> str | None:
     return name if "." in name or not namespace else f"{namespace}.{name}"
 
 
-def _check_schema_text(text: str, field: FieldFormat) -> None:
-    """The schema parses as its format's.
+def _check_schema_text(text: str, field: FieldFormat) -> bytes:
+    """The schema parses as its format's; for protobuf, the compiled `.proto` (else empty).
 
     Raises:
-        ConfigError: naming the option and what the parser said.
+        ConfigError: naming the option and what the parser (or protoc) said.
     """
     option = f"{field.column}Schema"
     try:
+        if field.format == "protobuf":
+            from kafka_txn_sink.serde.protobuf import compile_proto
+
+            return compile_proto(text)
         body = json.loads(text)
         if field.format == "avro":
             import fastavro
@@ -223,6 +273,7 @@ def _check_schema_text(text: str, field: FieldFormat) -> None:
             f"option {option} is not a valid {field.format} schema: {type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}"
         ) from None
+    return b""
 
 
 def _check_type(schema_type: str | None, field: FieldFormat, subject: str) -> None:
@@ -244,17 +295,27 @@ def registry_client(settings: Mapping[str, str]) -> Any:
     """confluent-kafka's registry client with the user's settings and bounded deadlines.
 
     Raises:
-        ConfigError: a setting the client does not know (named with its prefix).
+        ConfigError: a setting the client does not know (named with its prefix), or a TLS file
+            it cannot read (missing, not PEM, a wrong key password).
     """
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    # Options are strings; the client wants numbers for its deadlines, retries and caches.
-    conf = {**CLIENT_DEFAULTS, **{k: int(v) if v.isdigit() else v for k, v in settings.items()}}
+    # Options are strings; the client wants numbers for its deadlines, retries and caches, and
+    # text for the rest (a token or a key password of digits only included).
+    numbers = {k: int(v) for k, v in settings.items() if k in _NUMERIC_SETTINGS and v.isdigit()}
+    conf: dict[str, int | str] = {**CLIENT_DEFAULTS, **settings, **numbers}
     try:
         return SchemaRegistryClient(conf)
     except (ValueError, TypeError) as exc:
         raise ConfigError(
             f"the {REGISTRY_PREFIX}* options do not fit the Schema Registry client: {exc}"
+        ) from None
+    except OSError as exc:  # ssl.SSLError too; names the files, never the key password
+        given = (f"{REGISTRY_PREFIX}{k}={settings[k]}" for k in _TLS_FILES if k in settings)
+        files = ", ".join(given)
+        raise ConfigError(
+            f"the Schema Registry client cannot read its TLS files ({files}): "
+            f"{type(exc).__name__}: {exc}"
         ) from None
 
 

@@ -3,7 +3,8 @@ real registry: the values a consumer decodes with confluent-kafka's own deserial
 once at read_committed whatever kill struck, and bad input failing the batch whole.
 
 The query's key is the input's id (raw), its value a struct of the id and the input value's
-length, written as Avro or JSON Schema.
+length, written as Avro or JSON Schema (and, without a kill, as Protobuf of the user's `.proto`,
+read by confluent-kafka's ProtobufDeserializer).
 """
 
 from __future__ import annotations
@@ -189,3 +190,48 @@ def test_an_incompatible_schema_fails_the_query_before_any_transaction(
         "incompatible" in outcome.error
     assert pipeline.reached_batches("task.after_init") == [], "a task opened a transaction"
     assert read_topic(pipeline.bootstrap, pipeline.output, "read_uncommitted") == []
+
+
+VALUE_PROTO = """syntax = "proto3";
+package shop;
+
+message Order {
+  string id = 1;
+  int64 size = 2;
+}
+"""
+
+
+def test_protobuf_values_are_read_once_by_the_registry_s_protobuf_deserializer(
+    pipeline: Pipeline, schema_registry: testing.SchemaRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from kafka_txn_sink.serde.protobuf import compile_proto, message_class
+
+    with_format(pipeline, schema_registry, "protobuf")
+    pipeline.options["valueSchema"] = VALUE_PROTO
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
+
+    outcome = pipeline.run()
+
+    assert outcome.returncode == 0, outcome.error
+    assert_exactly_once(pipeline, ids)
+    records = read_topic(pipeline.bootstrap, pipeline.output, "read_committed")
+    # The consumer's class is compiled from the same .proto, as a consumer's protoc would.
+    order = message_class(compile_proto(VALUE_PROTO))
+    deserializer = ProtobufDeserializer(order, {"use.deprecated.format": False})
+    context = SerializationContext(pipeline.output, MessageField.VALUE)
+    values = [deserializer(r.value, context) for r in records]
+    assert sorted(v.id for v in values) == sorted(ids)
+    assert {v.size for v in values} == {len(json.dumps({"id": ids[0]}))}
+    schema_ids = {int.from_bytes(r.value[1:5], "big") for r in records}
+    assert len(schema_ids) == 1
+    used = SchemaUse("value", "protobuf", f"{pipeline.output}-value", schema_ids.pop())
+    log = pipeline.open_log()
+    assert {log.decision(b).schemas for b in log.decided_batches()} == {(used,)}
+    registry = ["--output-id", "registry:id", "--schema-registry-url", schema_registry.url]
+    code, report = cli_json(capsys, "verify", *verify_args(pipeline), *registry)
+    assert code == 0 and report["exact"], report
+    assert (report["records"]["seen"], report["records"]["without_id_count"]) == (N, 0)

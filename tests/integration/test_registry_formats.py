@@ -232,3 +232,22 @@ def test_basic_auth_reaches_the_registry_and_its_refusal_names_no_secret(
     assert f"subject '{topic}-value': the Schema Registry {url} refused: " in message
     assert "(HTTP 401, error code 40101)" in message
     assert "secret" not in message and proxy.refused == 1
+
+
+def test_basic_auth_as_username_and_password_reaches_the_registry(
+    schema_registry: testing.SchemaRegistry, topic: str
+) -> None:
+    """The pair Spark's plans redact (the key names a password) works as user.info does."""
+    path = schema_registry.url.split("/", 3)[3]
+    pair = {"schema.registry.basic.auth.username": "alice"}
+    with AuthenticatingProxy(schema_registry.base_url, "alice:pw-7331-secret") as proxy:
+        url = f"{proxy.endpoint}/{path}"
+        good = serde(url, **pair, **{"schema.registry.basic.auth.password": "pw-7331-secret"})
+        resolved = resolve(good, INPUT, topic)
+        assert resolved is not None and resolved.value is not None
+        wrong = serde(url, **pair, **{"schema.registry.basic.auth.password": "wrong-pw-secret"})
+        with pytest.raises(SchemaRegistryError, match="HTTP 401") as caught:
+            resolve(wrong, INPUT, topic)
+
+    assert "secret" not in str(caught.value) and proxy.refused == 1
+    assert "secret" not in repr(good)

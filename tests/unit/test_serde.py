@@ -94,7 +94,10 @@ def test_the_registry_settings_lose_their_prefix_and_keep_their_secrets_out_of_r
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({"valueFormat": "protobuf"}, "option valueFormat must be one of raw, avro, json-schema"),
+        (
+            {"valueFormat": "xml"},
+            "option valueFormat must be one of raw, avro, json-schema, protobuf, got 'xml'",
+        ),
         ({"valueFormat": "avro"}, "option schema.registry.url is required with valueFormat=avro"),
         ({"valueSchema": "{}"}, "option valueSchema needs option valueFormat set to avro"),
         ({**REGISTRY}, "option(s) schema.registry.url need option keyFormat or valueFormat"),
@@ -237,3 +240,54 @@ def test_binary_json_values_are_base64() -> None:
     e = encoding("json-schema", StructType([StructField("b", BinaryType())]))
     (encoded,) = FieldEncoder(e).cells([Row(b=bytearray(b"\x00\xff"))], 0)
     assert encoded is not None and json.loads(wire(encoded)[1]) == {"b": "AP8="}
+
+
+def test_a_username_and_password_become_the_clients_user_info() -> None:
+    from kafka_txn_sink.serde.options import registry_settings
+
+    settings = registry_settings({
+        "schema.registry.url": "http://r", "schema.registry.basic.auth.username": "alice",
+        "schema.registry.basic.auth.password": "pw-0451-secret",
+    })  # fmt: skip
+
+    assert settings == {
+        "url": "http://r", "basic.auth.user.info": "alice:pw-0451-secret",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"schema.registry.basic.auth.username": "alice"},
+        {"schema.registry.basic.auth.password": "pw-0451-secret"},
+        {"schema.registry.basic.auth.username": "alice",
+         "schema.registry.basic.auth.password": "pw-0451-secret",
+         "schema.registry.basic.auth.user.info": "alice:pw-0451-secret"},
+    ],
+)  # fmt: skip
+def test_half_a_pair_or_both_forms_are_refused_naming_the_options(given: dict[str, str]) -> None:
+    from kafka_txn_sink.serde.options import registry_settings
+
+    pattern = r"basic\.auth\.username and .*basic\.auth\.password"
+    with pytest.raises(ConfigError, match=pattern) as caught:
+        registry_settings(given)
+    assert "pw-0451-secret" not in str(caught.value)
+
+
+def test_user_info_is_taken_with_a_warning_that_shows_no_secret(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from kafka_txn_sink.serde import options as serde_options
+
+    serde_options._user_info_warned = False
+    with caplog.at_level("WARNING"):
+        settings = serde_options.registry_settings(
+            {"schema.registry.basic.auth.user.info": "alice:pw-0451-secret"}
+        )
+        serde_options.registry_settings(
+            {"schema.registry.basic.auth.user.info": "alice:pw-0451-secret"}
+        )
+
+    assert settings == {"basic.auth.user.info": "alice:pw-0451-secret"}
+    [warning] = [r.getMessage() for r in caplog.records if "user.info" in r.getMessage()]
+    assert "basic.auth.username" in warning and "pw-0451-secret" not in warning
