@@ -64,6 +64,12 @@ def parse_group_options(options: Mapping[str, str], *, records_mode: bool) -> Gr
     """
     group = options.get(CONSUMER_GROUP.key, "").strip()
     if not group:
+        stray = sorted(k for k in options if k.startswith(GROUP_KAFKA_PREFIX))
+        if stray:
+            raise ConfigError(
+                f"option(s) {', '.join(stray)} name the cluster of option {CONSUMER_GROUP}, "
+                f"which is not set"
+            )
         return None
     if len(group) > _MAX_GROUP_LENGTH or any(c.isspace() or ord(c) < 32 for c in group):
         raise ConfigError(

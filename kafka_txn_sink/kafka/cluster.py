@@ -197,9 +197,9 @@ class Cluster:
             step = f"reading the committed offsets of group {group}"
             raise group_error(exc, group, self._kafka, step, "Describe") from exc
 
-    def settled_offsets(self, group: str) -> GroupOffsets:
-        """Every offset consumer group `group` has committed, once none is pending (the sink
-        reads them to commit to the group: a denial names Read on it).
+    def settled_offsets(self, group: str, partitions: GroupOffsets) -> GroupOffsets:
+        """Consumer group `group`'s committed offsets of `partitions`, once none is pending (the
+        sink reads them to commit to the group: a denial names Read on it).
 
         Raises:
             PermissionDeniedError: the sink may not read the group.
@@ -207,9 +207,14 @@ class Cluster:
                 offsets were still pending after the client timeout.
         """
         try:
-            return settled_offsets(self._admin, group, self._timeout_s)
+            return settled_offsets(self._admin, group, partitions, self._timeout_s)
         except GroupRefused as exc:
             step = f"reading the committed offsets of group {group}"
+            if exc.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:  # one of `partitions`
+                error = exc.error
+                denial = refused(error.code(), error.str(), self._kafka, step,
+                                 topic_permission("Read", min(partitions)))  # fmt: skip
+                raise denial or KafkaUnavailableError(f"{step} failed: {error.str()}") from exc
             raise group_error(exc, group, self._kafka, step, "Read") from exc
 
     def log_ends(self, offsets: GroupOffsets) -> GroupOffsets:

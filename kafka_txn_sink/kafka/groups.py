@@ -89,15 +89,19 @@ def fetch_offsets(
     return found
 
 
-def settled_offsets(admin: AdminClient, group: str, timeout_s: float) -> GroupOffsets:
-    """Every offset the group has committed, asked again while a transaction's offsets for it
-    are pending (their commit markers are being written), up to `timeout_s`.
+def settled_offsets(
+    admin: AdminClient, group: str, partitions: GroupOffsets, timeout_s: float
+) -> GroupOffsets:
+    """The group's committed offsets of `partitions`, asked again while a transaction's offsets
+    for any of them are pending (their commit markers are being written), up to `timeout_s`.
+    Named partitions, not all: the coordinator checks pending offsets only of the partitions
+    asked for, and asking for all skips those with no committed offset yet.
 
     Raises:
         GroupRefused: the coordinator refused, or offsets were still pending at the deadline.
     """
     return _retried(
-        lambda: fetch_offsets(admin, group, None, timeout_s, stable=True),
+        lambda: fetch_offsets(admin, group, partitions, timeout_s, stable=True),
         timeout_s,
         (KafkaError.UNSTABLE_OFFSET_COMMIT,),
     )

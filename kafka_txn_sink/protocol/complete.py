@@ -47,7 +47,6 @@ from kafka_txn_sink.protocol.messages import (
     Triple,
     now_ms,
 )
-from kafka_txn_sink.protocol.txn_ids import owns
 
 log = logging.getLogger(__name__)
 
@@ -300,31 +299,22 @@ class Settler:
                     answer.evidence)  # fmt: skip
         return answer
 
-    def wait_visible(self, batch_id: int) -> None:
-        """Wait until no transaction of the sink is PrepareCommit (after a completion: every
-        row of the batch is visible, whichever level or republish wrote it).
+    def wait_visible(self, levels: Sequence[Decision]) -> None:
+        """After a batch's completion (and repairs): wait until every transaction that wrote
+        its rows, at any level or republish round, has its commit markers out (asked of each
+        id's own coordinator), so every row is visible.
 
         Raises:
-            TransactionCompletionError: some still are after the deadline.
+            TransactionCompletionError: some are still PrepareCommit after the deadline.
         """
-        deadline = time.monotonic() + self._deadline_s
-        pause = MARKER_POLL_S
-        while True:
-            preparing = [
-                txn_id
-                for txn_id in self._txn_admin.list_ids(("PrepareCommit",))
-                if owns(self._sink_id, txn_id)
-            ]
-            if not preparing:
-                return
-            if time.monotonic() >= deadline:
-                raise TransactionCompletionError(
-                    f"batch {batch_id}: the commit markers of {preparing[0]} were not written "
-                    f"within {self._deadline_s:.0f} s, so the group's offsets are not committed "
-                    f"yet; the next batch or the replay commits them"
-                )
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, MAX_MARKER_POLL_S)
+        written = [p.triple for level in levels for p in level.participants]
+        for level in levels:
+            for round_ in range(MAX_REPUBLISH_ROUNDS):
+                record = self._log.republish(level.batch_id, round_)
+                if record is None:
+                    break
+                written.append(record.triple)
+        self._wait_for_markers(levels[0], written)
 
     def _wait_for_markers(self, decision: Decision, written: Sequence[Triple]) -> None:
         """Wait until none of `written` is PrepareCommit any more: their commit markers are
@@ -345,7 +335,7 @@ class Settler:
                     f"batch {decision.batch_id}: the commit markers of {len(pending)} "
                     f"transaction(s) (e.g. {pending[0]}) were not written within "
                     f"{self._deadline_s:.0f} s, so the group's offsets are not committed yet; "
-                    f"recovery retries on the next batch or restart"
+                    f"the next attempt (a roll-forward or the replay) commits them"
                 )
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 2, MAX_MARKER_POLL_S)

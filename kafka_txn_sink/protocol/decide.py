@@ -61,7 +61,12 @@ from kafka_txn_sink.protocol.prepare import BatchWrite
 from kafka_txn_sink.protocol.progress import batch_progress, open_progress
 from kafka_txn_sink.protocol.progress_across import commit_across
 from kafka_txn_sink.protocol.recover import CleanupSchedule, clean_up
-from kafka_txn_sink.protocol.repair import Repairer, held_by_repairs, remember_lossless
+from kafka_txn_sink.protocol.repair import (
+    Repairer,
+    batch_levels,
+    held_by_repairs,
+    remember_lossless,
+)
 from kafka_txn_sink.protocol.runs import RunRef, check_current, check_decided_by, release
 from kafka_txn_sink.protocol.session import cleanup_schedule, driver_session
 from kafka_txn_sink.protocol.task_commit import TaskCommit
@@ -178,10 +183,12 @@ class Committer:
             self._make_cleanup_due("a task of the batch was retried")
         completion = self._settler.complete_or_raise_loss(decision)
         remember_lossless(self._log, completion)
-        if completion.lost or any(t.level > 0 for t in tasks):
+        repaired = bool(completion.lost) or any(t.level > 0 for t in tasks)
+        if repaired:
             self._repairer().finish(decision, tasks)
         if self._options.progress is not None and self._options.progress.elsewhere:
-            self._settler.wait_visible(batch_id)
+            levels = batch_levels(self._log, decision).levels if repaired else (decision,)
+            self._settler.wait_visible(levels)
             failpoints.fire("driver.before_group_commit", batch_id)
             commit_across(self._options, batch_id)
         failpoints.fire("driver.after_completion", batch_id)

@@ -58,7 +58,8 @@ def commit_across(options: SinkOptions, batch_id: int) -> GroupOffsets:
     txn = ProgressTransaction(_producer_config(options, where), options.client_timeout_s)
     try:
         txn.init()
-        held = group_cluster(where, options.commit_timeout_ms).settled_offsets(progress.group)
+        cluster = group_cluster(where, options.commit_timeout_ms)
+        held = cluster.settled_offsets(progress.group, progress.offsets)
         ahead = _ahead(progress.offsets, held)
         if ahead:
             metadata = group_metadata(

@@ -178,6 +178,8 @@ def _user_info_from_pair(settings: dict[str, str]) -> dict[str, str]:
             f"instead of {REGISTRY_PREFIX}basic.auth.user.info"
         )
     pair = [settings.pop(lowered[name]) for name in _PAIR]
+    if ":" in pair[0]:  # the client splits user:password at the first colon
+        raise ConfigError(f"option {REGISTRY_PREFIX}{_PAIR[0]} cannot hold ':'")
     settings["basic.auth.user.info"] = f"{pair[0]}:{pair[1]}"
     mask_in_logs(settings)
     return settings

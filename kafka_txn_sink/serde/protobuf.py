@@ -18,6 +18,7 @@ byte 0 (`FIRST_MESSAGE`).
 from __future__ import annotations
 
 import functools
+import math
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.types import DataType
+from pyspark.sql.types import ArrayType, BinaryType, DataType, StringType, StructType
 
 if TYPE_CHECKING:
     from google.protobuf.descriptor import Descriptor
@@ -125,6 +126,34 @@ def _pool(descriptor_set: bytes) -> tuple[list[Any], Any]:
     return files, pool
 
 
+def type_mismatches(descriptor_set: bytes, data_type: DataType) -> list[str]:
+    """Fields whose Spark type the JSON mapping would take silently as something else: a string
+    into `bytes` (read as base64) or binary into `string` (written as base64 text)."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    def walk(descriptor: Any, struct: Any, path: str) -> list[str]:
+        found: list[str] = []
+        for spark_field in struct.fields:
+            proto = descriptor.fields_by_name.get(spark_field.name)
+            if proto is None:
+                continue  # an unknown field is refused by the mapping, naming it
+            spark_type = spark_field.dataType
+            if isinstance(spark_type, ArrayType):
+                spark_type = spark_type.elementType
+            name = f"{path}{spark_field.name}"
+            if proto.type == FieldDescriptor.TYPE_BYTES and isinstance(spark_type, StringType):
+                found.append(f"{name}: string into bytes")
+            elif proto.type == FieldDescriptor.TYPE_STRING and isinstance(spark_type, BinaryType):
+                found.append(f"{name}: binary into string")
+            elif proto.message_type is not None and isinstance(spark_type, StructType):
+                found += walk(proto.message_type, spark_type, f"{name}.")
+        return found
+
+    if not isinstance(data_type, StructType):
+        return []
+    return walk(first_message(descriptor_set), data_type, "")
+
+
 def payload_encoder(descriptor_set: bytes, data_type: DataType, column: str
                     ) -> Callable[[Any], bytes]:
     """A function making a non-null value of `data_type` (a struct, as PySpark's rows carry
@@ -132,6 +161,7 @@ def payload_encoder(descriptor_set: bytes, data_type: DataType, column: str
 
     The function raises ValueError naming the field a value does not fit."""
     from google.protobuf import json_format
+    from google.protobuf.message import EncodeError
 
     from kafka_txn_sink.serde.spark_json import json_converter
 
@@ -140,10 +170,10 @@ def payload_encoder(descriptor_set: bytes, data_type: DataType, column: str
 
     def payload(cell: Any) -> bytes:
         try:
-            message = json_format.ParseDict(convert(cell), cls())
-        except json_format.ParseError as exc:
+            message = json_format.ParseDict(_special_floats(convert(cell)), cls())
+            return bytes(message.SerializeToString())
+        except (json_format.ParseError, EncodeError) as exc:  # EncodeError: a required field
             raise ValueError(str(exc)) from None
-        return bytes(message.SerializeToString())
 
     return payload
 
@@ -181,6 +211,18 @@ def message_reader(text: str) -> Callable[[bytes], Any]:
     return read
 
 
+def _special_floats(value: Any) -> Any:
+    """NaN and the infinities as the JSON mapping spells them ("NaN", "Infinity"): it refuses
+    them as numbers, though `float` and `double` fields hold them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _special_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_special_floats(v) for v in value]
+    return value
+
+
 def message_indexes(data: bytes) -> tuple[list[int], int]:
     """The message's index path that `data` starts with (an empty array is [0]) and the offset
     of the message after it.
@@ -192,6 +234,8 @@ def message_indexes(data: bytes) -> tuple[list[int], int]:
     path = []
     for _ in range(count):
         index, offset = _zigzag(data, offset)
+        if index < 0:
+            raise ValueError(f"a negative message index ({index})")
         path.append(index)
     return path or [0], offset
 

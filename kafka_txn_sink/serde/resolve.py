@@ -143,10 +143,12 @@ def _resolve_field(
         text = latest.schema.schema_str
         _check_type(latest.schema.schema_type, field, subject)
         descriptor = _latest_descriptor(text, field, subject)
+        _check_proto_types(descriptor, data_type, f"the latest schema of subject {subject!r}")
         return Encoding(field.column, field.format, subject, latest.schema_id, text, data_type,
                         descriptor)
     text = field.schema or derived_schema(field.column, data_type, field.format)
     descriptor = _check_schema_text(text, field)
+    _check_proto_types(descriptor, data_type, f"option {field.column}Schema")
     subject = field.subject or _subject(serde, field, topic, text)
     schema = _schema(text, field.format)
     if serde.auto_register:
@@ -155,6 +157,24 @@ def _resolve_field(
         schema_id = _looked_up(client, subject, schema, url)
     return Encoding(field.column, field.format, subject, int(schema_id), text, data_type,
                     descriptor)
+
+
+def _check_proto_types(descriptor: bytes, data_type: DataType, schema: str) -> None:
+    """A protobuf column's string and binary fields match the message's string and bytes.
+
+    Raises:
+        ConfigError: naming the fields and the schema.
+    """
+    if not descriptor:
+        return
+    from kafka_txn_sink.serde.protobuf import type_mismatches
+
+    found = type_mismatches(descriptor, data_type)
+    if found:
+        raise ConfigError(
+            f"{schema} does not fit the column's type: {'; '.join(found)} (cast the column: "
+            f"protobuf's JSON mapping would take one for the other silently)"
+        )
 
 
 def _latest_descriptor(text: str, field: FieldFormat, subject: str) -> bytes:

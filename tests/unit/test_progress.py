@@ -418,3 +418,62 @@ def test_the_group_settles_a_progress_fate(
     monkeypatch.setattr(groups, "fetch_offsets", fetch)
     answer = groups.progress_fate(None, GroupProgress(GROUP, END), 1.0)  # type: ignore[arg-type]
     assert answer.fate is fate, answer.evidence
+
+
+def test_the_groups_cluster_without_a_group_is_refused_naming_both() -> None:
+    from kafka_txn_sink.errors import ConfigError
+    from kafka_txn_sink.options import parse_options
+
+    raw = {
+        "kafka.bootstrap.servers": "b:9092", "topic": "t", "sinkId": "s", "commitLog": "/l",
+        "consumerGroup.kafka.bootstrap.servers": "elsewhere:9092",
+    }  # fmt: skip
+    pattern = r"consumergroup\.kafka\.bootstrap\.servers .*consumerGroup"
+    with pytest.raises(ConfigError, match=pattern):
+        parse_options(raw)
+
+
+@pytest.fixture
+def across_driver(gdriver: GroupDriver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[
+    GroupDriver, list[list[str]]
+]:
+    """`gdriver` with the group on another cluster: commit_across records what the
+    coordinator held for each data id when it was called."""
+    options = dataclasses.replace(
+        gdriver.committer._options,
+        progress=dataclasses.replace(gdriver.committer._options.progress, bootstrap="other:9092"),
+    )
+    gdriver.committer._options = options
+    seen: list[list[str]] = []
+
+    def commit_across(_: object, batch_id: int) -> dict[str, dict[int, int]]:
+        states = gdriver.txn_admin.states
+        seen.append(sorted(s.state for i, s in states.items() if not i.endswith("-g")))
+        return {}
+
+    monkeypatch.setattr(decide, "commit_across", commit_across)
+    return gdriver, seen
+
+
+def test_a_group_elsewhere_is_committed_once_every_rows_markers_are_out(
+    across_driver: tuple[GroupDriver, list[list[str]]],
+) -> None:
+    drv, seen = across_driver
+    drv.txn_admin.describes_until_complete = 2
+
+    drv.committer.commit([_task(drv, 0), _task(drv, 1)], 0)
+
+    assert seen == [["CompleteCommit", "CompleteCommit"]]
+    assert not drv.opened  # no progress participant: the decision holds the rows only
+    assert all(p.progress is None for p in _decision(drv).participants)
+
+
+def test_markers_that_never_come_leave_a_group_elsewhere_untouched(
+    across_driver: tuple[GroupDriver, list[list[str]]],
+) -> None:
+    drv, seen = across_driver
+    drv.txn_admin.describes_until_complete = 10**6
+
+    with pytest.raises(TransactionCompletionError, match="group's offsets are not committed"):
+        drv.committer.commit([_task(drv, 0), _task(drv, 1)], 0)
+    assert seen == []

@@ -291,3 +291,13 @@ def test_user_info_is_taken_with_a_warning_that_shows_no_secret(
     assert settings == {"basic.auth.user.info": "alice:pw-0451-secret"}
     [warning] = [r.getMessage() for r in caplog.records if "user.info" in r.getMessage()]
     assert "basic.auth.username" in warning and "pw-0451-secret" not in warning
+
+
+def test_a_username_with_a_colon_is_refused() -> None:
+    from kafka_txn_sink.serde.options import registry_settings
+
+    with pytest.raises(ConfigError, match=r"basic\.auth\.username cannot hold ':'"):
+        registry_settings({
+            "schema.registry.basic.auth.username": "a:b",
+            "schema.registry.basic.auth.password": "pw-0451-secret",
+        })  # fmt: skip

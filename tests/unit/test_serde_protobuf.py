@@ -5,6 +5,7 @@ that `verify` uses."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -15,6 +16,8 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     DataType,
+    DoubleType,
+    FloatType,
     IntegerType,
     LongType,
     StringType,
@@ -209,6 +212,57 @@ def test_a_row_that_does_not_fit_names_the_column_row_and_subject(
         "'orders-value', id 7): "
     )
     assert found in message and message.endswith("nothing of the batch is written")
+
+
+@pytest.mark.parametrize(
+    ("field", "spark_type", "found"),
+    [
+        ("blob", StringType(), "blob: string into bytes"),
+        ("id", BinaryType(), "id: binary into string"),
+        ("line", StructType([StructField("n", LongType()), StructField("x", BinaryType())]),
+         None),
+    ],
+    ids=["string into bytes", "binary into string", "nested, unknown field left to the mapping"],
+)
+def test_a_string_for_bytes_or_binary_for_string_is_refused_before_the_registry_is_called(
+    field: str, spark_type: DataType, found: str | None
+) -> None:
+    """protobuf's JSON mapping reads a string as base64 for a `bytes` field: "abcd" would be
+    written as three other bytes, silently."""
+    serde = parse_options({**BASE, **PROTOBUF, "valueSchema": PROTO}).serde
+    schema = StructType([StructField("value", StructType([StructField(field, spark_type)]))])
+    if found is None:
+        with pytest.raises(Exception) as caught:  # the registry at 127.0.0.1:1 is asked: no check
+            resolve(serde, schema, "orders")
+        assert not isinstance(caught.value, ConfigError), caught.value
+        return
+    with pytest.raises(ConfigError, match=f"^option valueSchema does not fit .*{found}"):
+        resolve(serde, schema, "orders")
+
+
+def test_nan_and_the_infinities_are_written_to_float_fields() -> None:
+    proto = 'syntax = "proto3"; message M { double d = 1; repeated float f = 2; }'
+    data_type = StructType(
+        [StructField("d", DoubleType()), StructField("f", ArrayType(FloatType()))]
+    )
+    e = encoding(data_type, proto)
+    (encoded,) = FieldEncoder(e).cells([Row(d=float("nan"), f=[float("inf"), -float("inf")])], 0)
+
+    assert encoded is not None
+    message = message_class(e.descriptor).FromString(encoded[6:])
+    assert math.isnan(message.d) and list(message.f) == [float("inf"), -float("inf")]
+
+
+def test_a_missing_required_field_names_the_column_row_and_subject() -> None:
+    proto = 'syntax = "proto2"; message M { required string id = 1; optional int32 n = 2; }'
+    data_type = StructType([StructField("n", IntegerType())])
+    with pytest.raises(InputError, match=r"^column value of row 5 .*missing required fields: id"):
+        FieldEncoder(encoding(data_type, proto)).cells([Row(n=1)], first_row=5)
+
+
+def test_a_negative_message_index_is_not_a_message_of_the_schema() -> None:
+    with pytest.raises(ValueError, match="negative message index"):
+        message_indexes(b"\x02\x01")  # one index, zig-zag 1 = -1
 
 
 # -- reading back --------------------------------------------------------------------------------
