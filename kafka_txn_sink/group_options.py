@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.kafka.security import client_settings
+from kafka_txn_sink.kafka.security import translate_jaas
 from kafka_txn_sink.option import Option
+from kafka_txn_sink.redaction import mask_in_logs
 
 CONSUMER_GROUP = Option(
     "consumerGroup",
@@ -36,6 +37,9 @@ GROUP_KAFKA = Option(
 )
 GROUP_OPTIONS = (CONSUMER_GROUP, GROUP_KAFKA)
 GROUP_KAFKA_PREFIX = "consumergroup.kafka."  # options arrive by lower-case name
+# What progress_across.py sets for its transaction there.
+_OWNED = frozenset({"transactional.id", "enable.idempotence", "acks", "transaction.timeout.ms",
+                    "group.id", "isolation.level"})
 SPARK_CHECKPOINT = "checkpointlocation"  # Spark's own option, handed to every sink
 _MAX_GROUP_LENGTH = 249  # as Kafka's topic names; groups have no stated limit, this keeps logs sane
 
@@ -100,7 +104,15 @@ def _group_cluster(options: Mapping[str, str]) -> tuple[str, dict[str, str]]:
         for key, value in options.items()
         if key.startswith(GROUP_KAFKA_PREFIX)
     }
-    kafka = client_settings(raw)
+    mask_in_logs(raw)
+    kafka = translate_jaas(raw)  # only librdkafka talks to this cluster: no kafka-python check
+    mask_in_logs(kafka)
+    owned = sorted(k for k in kafka if k.lower() in _OWNED)
+    if owned:
+        raise ConfigError(
+            f"option(s) {', '.join(GROUP_KAFKA_PREFIX + k for k in owned)} cannot be set: the "
+            f"sink sets them for its own transaction on the group's cluster"
+        )
     bootstrap = kafka.pop("bootstrap.servers", "").strip()
     if kafka and not bootstrap:
         raise ConfigError(

@@ -477,3 +477,16 @@ def test_markers_that_never_come_leave_a_group_elsewhere_untouched(
     with pytest.raises(TransactionCompletionError, match="group's offsets are not committed"):
         drv.committer.commit([_task(drv, 0), _task(drv, 1)], 0)
     assert seen == []
+
+
+def test_settings_the_sink_sets_on_the_groups_cluster_are_refused() -> None:
+    from kafka_txn_sink.options import parse_options
+
+    raw = {
+        "kafka.bootstrap.servers": "b:9092", "topic": "t", "sinkId": "s", "commitLog": "/l",
+        "checkpointLocation": "/c", "consumerGroup": "g",
+        "consumerGroup.kafka.bootstrap.servers": "elsewhere:9092",
+        "consumerGroup.kafka.transactional.id": "mine",
+    }  # fmt: skip
+    with pytest.raises(ConfigError, match=r"consumergroup\.kafka\.transactional\.id cannot"):
+        parse_options(raw)
