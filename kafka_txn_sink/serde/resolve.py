@@ -13,8 +13,9 @@ call the registry.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,9 +85,9 @@ def resolve(serde: SerdeOptions, schema: StructType, topic: str | None) -> Encod
     """
     if not serde.uses_registry:
         return None
-    client = registry_client(serde.registry)
+    connect = functools.cache(lambda: registry_client(serde.registry))  # after the checks
     types = {f.name.lower(): f.dataType for f in schema.fields}
-    found = {f.column: _resolve_field(client, serde, f, types, topic) for f in serde.fields()}
+    found = {f.column: _resolve_field(connect, serde, f, types, topic) for f in serde.fields()}
     return Encodings(key=found.get("key"), value=found.get("value"))
 
 
@@ -119,7 +120,7 @@ def derived_schema(column: str, data_type: DataType, fmt: Format) -> str:
 
 
 def _resolve_field(
-    client: Any,
+    connect: Callable[[], Any],
     serde: SerdeOptions,
     field: FieldFormat,
     types: Mapping[str, DataType],
@@ -139,6 +140,7 @@ def _resolve_field(
     url = serde.registry.get("url", "")
     if serde.use_latest:
         subject = field.subject or _subject(serde, field, topic, None)
+        client = connect()
         latest = _call(client.get_latest_version, subject, url=url, subject=subject)
         text = latest.schema.schema_str
         _check_type(latest.schema.schema_type, field, subject)
@@ -151,6 +153,7 @@ def _resolve_field(
     _check_proto_types(descriptor, data_type, f"option {field.column}Schema")
     subject = field.subject or _subject(serde, field, topic, text)
     schema = _schema(text, field.format)
+    client = connect()
     if serde.auto_register:
         schema_id = _call(client.register_schema, subject, schema, url=url, subject=subject)
     else:
