@@ -142,16 +142,20 @@ EOF
   "$venv/bin/kafka-txn-sink" --help >/dev/null
 }
 
-# The installed size of a venv: site-packages less pip and setuptools, and beyond pyarrow.
+# The installed size of a venv: site-packages less pip and setuptools, and beyond pyarrow. Only
+# what is there is subtracted: grpcio-tools (the protobuf extra) pulls a setuptools without
+# pkg_resources, and `du` of a missing path failed the step under pipefail. The biggest five are
+# taken by awk reading every line, so no `head` closes the pipe early.
 print_size() {
-  local name=$1 site=$2 total pyarrow
+  local name=$1 site=$2 total pyarrow tool
   total="$(du -smc "$site"/* | tail -1 | cut -f1)"
-  total=$((total - $(du -smc "$site"/pip "$site"/setuptools "$site"/pkg_resources 2>/dev/null \
-    | tail -1 | cut -f1)))
+  for tool in pip setuptools pkg_resources; do  # setuptools 81+ has no pkg_resources
+    if [[ -e "$site/$tool" ]]; then total=$((total - $(du -sm "$site/$tool" | cut -f1))); fi
+  done
   pyarrow="$(du -sm "$site/pyarrow" | cut -f1)"
   echo "   $name: $total MB installed, $((total - pyarrow)) MB beyond pyarrow; biggest:" \
-    "$(du -sm "$site"/* | sort -rn | grep -v -E '/(pip|setuptools)$' | head -5 \
-      | awk '{n=split($2, p, "/"); printf "%s %s MB, ", p[n], $1}')"
+    "$(du -sm "$site"/* | sort -rn | grep -v -E '/(pip|setuptools)$' \
+      | awk 'NR <= 5 {n=split($2, p, "/"); printf "%s %s MB, ", p[n], $1}')"
 }
 
 install_combination() {
