@@ -299,22 +299,23 @@ class Settler:
                     answer.evidence)  # fmt: skip
         return answer
 
-    def wait_visible(self, levels: Sequence[Decision]) -> None:
+    def wait_visible(self, levels: Sequence[tuple[Decision, Completion | None]]) -> None:
         """After a batch's completion (and repairs): wait until every transaction that wrote
-        its rows, at any level or republish round, has its commit markers out (asked of each
-        id's own coordinator), so every row is visible.
+        its rows, at any level (with its completion) or republish round, has its commit markers
+        out (asked of each id's own coordinator), so every row is visible.
 
         Raises:
             TransactionCompletionError: some are still PrepareCommit after the deadline.
         """
-        written = [p.triple for level in levels for p in level.participants]
-        for level in levels:
-            for round_ in range(MAX_REPUBLISH_ROUNDS):
+        written = [p.triple for level, _ in levels for p in level.participants]
+        for level, done in levels:
+            rounds = range(MAX_REPUBLISH_ROUNDS) if done is not None and done.republished else ()
+            for round_ in rounds:  # read only when the completion says references went again
                 record = self._log.republish(level.batch_id, round_)
                 if record is None:
                     break
                 written.append(record.triple)
-        self._wait_for_markers(levels[0], written)
+        self._wait_for_markers(levels[0][0], written)
 
     def _wait_for_markers(self, decision: Decision, written: Sequence[Triple]) -> None:
         """Wait until none of `written` is PrepareCommit any more: their commit markers are

@@ -53,6 +53,7 @@ from kafka_txn_sink.protocol.messages import (
     FORMAT_VERSION,
     PROGRESS_FORMAT_VERSION,
     Abort,
+    Completion,
     Decision,
     Participant,
     now_ms,
@@ -187,7 +188,10 @@ class Committer:
         if repaired:
             self._repairer().finish(decision, tasks)
         if self._options.progress is not None and self._options.progress.elsewhere:
-            levels = batch_levels(self._log, decision).levels if repaired else (decision,)
+            levels: list[tuple[Decision, Completion | None]] = [(decision, completion)]
+            if repaired:
+                found = batch_levels(self._log, decision)
+                levels = list(zip(found.levels, found.completions, strict=True))
             self._settler.wait_visible(levels)
             failpoints.fire("driver.before_group_commit", batch_id)
             commit_across(self._options, batch_id)

@@ -54,6 +54,21 @@ def _end_of(pipeline: Pipeline, batch: int) -> dict[str, dict[int, int]]:
     return batch_end_offsets(str(pipeline.checkpoint), batch)
 
 
+def _records(offsets: dict[str, dict[int, int]]) -> int:
+    """Input records up to `offsets` (every partition from 0)."""
+    return sum(sum(parts.values()) for parts in offsets.values())
+
+
+def _restart(pipeline: Pipeline, ids: list[str]) -> int:
+    """Run the query again to its end: it succeeds, every id once; its last batch."""
+    outcome = pipeline.run()
+    assert outcome.returncode == 0, outcome.error
+    assert_exactly_once(pipeline, ids)
+    last = outcome.result["batches"]
+    assert isinstance(last, list) and last
+    return int(last[-1])
+
+
 def test_the_group_holds_the_last_batch_end_offsets(
     pipeline: Pipeline, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -128,15 +143,11 @@ def test_a_killed_driver_leaves_the_group_behind_the_visible_rows(
     assert _described(pipeline, group) == _end_of(pipeline, 1 if point in GROUP_MOVED else 0)
     visible = committed_report(pipeline.bootstrap, pipeline.output, ids).seen
     if point == "driver.before_progress_endtxn":  # batch 1's rows are out, its offsets not
-        assert visible == sum(sum(parts.values()) for parts in _end_of(pipeline, 1).values())
-    outcome = pipeline.run()
+        assert visible == _records(_end_of(pipeline, 1))
+    last = _restart(pipeline, ids)
 
-    assert outcome.returncode == 0, outcome.error
-    assert_exactly_once(pipeline, ids)
-    last = outcome.result["batches"]
-    assert isinstance(last, list) and last
-    assert _described(pipeline, group) == _end_of(pipeline, last[-1])
-    assert sum(sum(parts.values()) for parts in _described(pipeline, group).values()) == N
+    assert _described(pipeline, group) == _end_of(pipeline, last)
+    assert _records(_described(pipeline, group)) == N
 
 
 @pytest.mark.full  # CI: tests/integration/test_group_start.py, without Spark
@@ -227,7 +238,7 @@ def test_a_progress_aborted_by_the_timeout_is_committed_again_by_the_replay(
     else:
         assert PROGRESS_PARTITION in lost and len(lost) == len(decision.participants)
     assert _described(pipeline, group) == _end_of(pipeline, 1)
-    assert sum(sum(parts.values()) for parts in _described(pipeline, group).values()) == 500
+    assert _records(_described(pipeline, group)) == 500
 
 
 @pytest.mark.parametrize("pipeline", [NEWEST], indirect=True)
@@ -251,15 +262,11 @@ def test_a_group_on_the_inputs_own_cluster_follows_the_rows_after_a_kill(
 
     assert group_offsets(describe_group(source.bootstrap, group)) == _end_of(pipeline, 0)
     visible = committed_report(pipeline.bootstrap, pipeline.output, ids).seen
-    assert visible == sum(sum(parts.values()) for parts in _end_of(pipeline, 1).values())
-    outcome = pipeline.run()
+    assert visible == _records(_end_of(pipeline, 1))
+    last = _restart(pipeline, ids)
 
-    assert outcome.returncode == 0, outcome.error
-    assert_exactly_once(pipeline, ids)
-    last = outcome.result["batches"]
-    assert isinstance(last, list) and last
     rows = describe_group(source.bootstrap, group)
-    assert group_offsets(rows) == _end_of(pipeline, last[-1])
+    assert group_offsets(rows) == _end_of(pipeline, last)
     assert sum(r.current or 0 for r in rows) == N and all(r.lag == 0 for r in rows), rows
     with TxnAdmin(source.bootstrap, {}) as txn_admin:
         state = txn_admin.describe([group_id(pipeline.sink_id)])[group_id(pipeline.sink_id)]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -46,18 +45,6 @@ def serde(url: str, **options: str) -> SerdeOptions:
         "valueFormat": "avro",
     }
     return parse_options({**base, **options}).serde
-
-
-@pytest.fixture
-def client(schema_registry: testing.SchemaRegistry) -> SchemaRegistryClient:
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
-    return SchemaRegistryClient({"url": schema_registry.url})
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"orders_{uuid.uuid4().hex[:8]}"
 
 
 def avro(schema: Any) -> Any:

@@ -9,7 +9,6 @@ test_schema_registry_bed.py: the oldest clients' tier collects this directory).
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -60,18 +59,6 @@ def resolved_value(options: SerdeOptions, topic: str) -> Encoding:
     found = resolve(options, INPUT, topic)
     assert found is not None and found.key is None and found.value is not None
     return found.value
-
-
-@pytest.fixture
-def client(schema_registry: testing.SchemaRegistry) -> SchemaRegistryClient:
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
-    return SchemaRegistryClient({"url": schema_registry.url})
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"orders_{uuid.uuid4().hex[:8]}"
 
 
 def protobuf(text: str) -> Any:

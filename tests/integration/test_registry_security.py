@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import traceback
-import uuid
 from pathlib import Path
 
 import pytest
@@ -43,11 +42,6 @@ FAST = {"schema.registry.timeout": "5", "schema.registry.max.retries": "0"}  # n
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> GatewayCertificates:
     return issue_certificates(tmp_path_factory.mktemp("registry_tls"))
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"orders_{uuid.uuid4().hex[:8]}"
 
 
 def registered_id(registry: testing.SchemaRegistry, subject: str) -> int:
