@@ -2,10 +2,11 @@
 # The wheel a user installs, checked from outside the checkout:
 #  1. build it (pip wheel --no-deps) from a copy of the tracked and new files (no stale build/);
 #  2. "user": a clean venv with the wheel and its extras `spark` and `testing`, PySpark pinned to
-#     SPARK_VERSION of versions.env, pytest and chispa. There: `kafka-txn-sink --help` and every
-#     subcommand's, then the tests of examples/testkit and examples/databricks (orders_job.py
-#     run by spark-submit) from a directory outside the checkout, the test kit's fixtures coming
-#     from the wheel's pytest11 entry point;
+#     SPARK_VERSION of versions.env, pytest, pytest-xdist (step 4's writes run two at a time)
+#     and chispa. There: `kafka-txn-sink --help` and every subcommand's, then the tests of
+#     examples/testkit and examples/databricks (orders_job.py run by spark-submit) from a
+#     directory outside the checkout, the test kit's fixtures coming from the wheel's pytest11
+#     entry point;
 #  3. "platform": the wheel without extras in a venv with no PySpark, where the CLI must work;
 #     then that venv given a platform's PySpark (on sys.path, no pip distribution, as on
 #     Databricks): installing the wheel leaves that PySpark as it was, and the sink imports;
@@ -192,7 +193,7 @@ run_combinations() {
   (
     cd "$work/wheel-tests"
     KTS_COMBINATIONS="$(cat "$work/combinations")" \
-      "$user/bin/python" -m pytest -q -s -p no:cacheprovider test_combinations.py
+      "$user/bin/python" -m pytest -q -s -p no:cacheprovider -n 2 test_combinations.py
   )
 }
 
@@ -206,9 +207,9 @@ export wheel
 echo "   $wheel"
 
 step 120 "user venv" "$python" -m venv "$work/user"
-step 900 "install the wheel [spark,testing], pyspark==$spark_version, pytest, chispa" \
+step 900 "install the wheel [spark,testing], pyspark==$spark_version, pytest, pytest-xdist, chispa" \
   "$work/user/bin/python" -m pip install -q "$wheel[spark,testing]" "pyspark==$spark_version" \
-  pytest chispa
+  pytest pytest-xdist chispa
 step 300 "kafka-txn-sink --help and every subcommand's" check_help "$work/user"
 step 1800 "examples/testkit and examples/databricks from the wheel" run_examples "$work/user"
 step 900 "no PySpark: the CLI; a platform's PySpark stays as it was" check_platform_pyspark "$work/user"

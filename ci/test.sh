@@ -22,11 +22,16 @@ tier() {  # tier NAME COMMAND...: runs it, records its time and result; a failur
 }
 
 pytest_tier() {  # exit 5 (no test collected) is a failure too
-  local rc=0
-  .venv/bin/pytest -n "${KTS_PYTEST_WORKERS:-3}" --dist loadgroup --durations=30 "$@" || rc=$?
+  local rc=0 marker
+  marker="$(mktemp)"
+  EXECNET_DEBUG=1 .venv/bin/pytest -n "${KTS_PYTEST_WORKERS:-3}" --dist loadgroup --durations=30 \
+    "$@" || rc=$?
   if [[ $rc -eq 5 ]]; then
     echo "test.sh: pytest collected no tests: that is a failure" >&2
+  elif [[ $rc -ne 0 ]]; then
+    ci/worker_traces.sh "$marker"
   fi
+  rm -f "$marker"
   return "$rc"
 }
 

@@ -48,10 +48,14 @@ run() {
   local name=$1 tier_started=$SECONDS  # a tier's failure does not stop the next
   shift
   echo "== $name tier"
-  PYTHONPATH=$PWD timeout 3600 "$venv/bin/python" -m pytest -q -rfE -p no:cacheprovider --durations=10 \
-    -n "${KTS_PYTEST_WORKERS:-3}" "$@" \
+  touch "$venv/$name.started"
+  EXECNET_DEBUG=1 PYTHONPATH=$PWD timeout 3600 "$venv/bin/python" -m pytest -q -rfE \
+    -p no:cacheprovider --durations=10 -n "${KTS_PYTEST_WORKERS:-3}" "$@" \
     > "$venv/$name.log" 2>&1 || status=1
   grep -E '^(FAILED|ERROR) |^[0-9]+ (passed|failed)' "$venv/$name.log" || tail -20 "$venv/$name.log"
+  if grep -q "crashed while running" "$venv/$name.log"; then
+    ci/worker_traces.sh "$venv/$name.started"
+  fi
   echo "   $name: $((SECONDS - tier_started)) s"
 }
 status=0

@@ -8,9 +8,11 @@ that need it; it is never skipped.
 
 from __future__ import annotations
 
+import faulthandler
 import itertools
 import os
 import re
+import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -38,6 +40,23 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # two cores: C2's compiling costs more CPU than its code saves there (C1 alone: 26% less CPU and
 # 10% less time for four e2e tests in one measurement). The `java` launcher reads this variable.
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A test process ended by a signal Python does not turn into an error dies without a word,
+    as an xdist worker did once in CI ("worker crashed", nothing on stderr: pytest had captured
+    it). For these signals every thread's stack goes to the run's real stderr, then the signal
+    acts as before. SIGKILL (the out-of-memory killer, another process) cannot be caught: a
+    crash with no stack is one."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        stream = os.fdopen(os.dup(2), "w")
+    config.stash[_SIGNAL_STACKS] = stream  # kept open for the process
+    for each in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM):
+        faulthandler.register(each, file=stream, all_threads=True, chain=True)
+
+
+_SIGNAL_STACKS = pytest.StashKey[Any]()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

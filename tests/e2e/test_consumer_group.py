@@ -241,6 +241,7 @@ def test_a_progress_aborted_by_the_timeout_is_committed_again_by_the_replay(
     assert _records(_described(pipeline, group)) == 500
 
 
+@pytest.mark.full  # CI: tests/integration/test_group_across.py, each step without Spark
 @pytest.mark.parametrize("pipeline", [NEWEST], indirect=True)
 def test_a_group_on_the_inputs_own_cluster_follows_the_rows_after_a_kill(
     pipeline: Pipeline, make_kafka_broker: Callable[..., KafkaBroker]

@@ -78,11 +78,12 @@ VALUE_AVRO_SCHEMA = {
 }
 USERS_SCHEMAS = {"avro": VALUE_AVRO_SCHEMA, "json-schema": VALUE_JSON_SCHEMA}
 # (Spark line, format, the subject registered before the query with auto-registration off);
-# the CI tier runs two, the full tier every one.
+# the CI tier runs one (JSON Schema there: tests/integration/test_registry_*.py, without Spark),
+# the full tier every one.
 CASES = [
     ("4.0", "avro", False, ()),
     (NEWEST, "avro", False, (pytest.mark.full,)),
-    ("4.0", "json-schema", True, ()),
+    ("4.0", "json-schema", True, (pytest.mark.full,)),
     ("4.0", "avro", True, (pytest.mark.full,)),
     (NEWEST, "avro", True, (pytest.mark.full,)),
     (NEWEST, "json-schema", True, (pytest.mark.full,)),
