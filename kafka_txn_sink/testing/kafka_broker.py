@@ -102,8 +102,9 @@ def admin_client(bootstrap: str, settings: Settings | None = None) -> Any:
 
 def probe_broker(bootstrap: str, timeout: float = 5.0,
                  settings: Settings | None = None) -> bool | None:
-    """True when metadata is served and a transactional producer can init; else None."""
-    from confluent_kafka import Producer
+    """True when metadata is served, a transactional producer can init and the group coordinator
+    answers an offset fetch; else None."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
     metadata = admin_client(bootstrap, settings).list_topics(timeout=timeout)
     if not metadata.brokers:
@@ -116,6 +117,18 @@ def probe_broker(bootstrap: str, timeout: float = 5.0,
         **(settings or {}),
     })
     producer.init_transactions(timeout)  # raises KafkaException until the coordinator is up
+    # The first group request creates the offsets topic; until its partitions are loaded the
+    # coordinator answers NOT_COORDINATOR, which librdkafka's AdminClient turns into a segfault
+    # of the whole process (librdkafka issue 5040, docs/development.md). A running cluster has
+    # its offsets topic loaded long before: so has the test bed, once this answers.
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"testbed-probe-{uuid.uuid4().hex}",
+        "enable.auto.commit": False, **QUIET, **(settings or {}),
+    })  # fmt: skip
+    try:
+        consumer.committed([TopicPartition("testbed-probe", 0)], timeout=timeout)
+    finally:
+        consumer.close()
     return True
 
 
