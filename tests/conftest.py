@@ -46,8 +46,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """A test process ended by a signal Python does not turn into an error dies without a word,
     as an xdist worker did once in CI ("worker crashed", nothing on stderr: pytest had captured
     it). For these signals every thread's stack goes to the run's real stderr, then the signal
-    acts as before. SIGKILL (the out-of-memory killer, another process) cannot be caught: a
-    crash with no stack is one."""
+    acts as before. SIGKILL cannot be caught, and the worker crash of 2026-11-27 (a segfault
+    in a librdkafka thread, docs/development.md) printed no stack either: ci/worker_traces.sh
+    and a core dump tell those apart."""
     capture = config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
         stream = os.fdopen(os.dup(2), "w")
