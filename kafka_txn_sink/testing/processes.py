@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -60,11 +61,41 @@ def wait_for(
         time.sleep(interval)
 
 
+_LENT_PORTS: set[int] = set()
+_LOWEST_PORT = 10000
+
+
 def free_port() -> int:
-    """A currently free TCP port on the loopback address."""
+    """A currently free TCP port on the loopback address, below the kernel's ephemeral range.
+
+    A port of ``bind(0)`` is ephemeral: a client's outgoing connection can take it between this
+    call and the server's own bind. Ports are drawn at random so that parallel test processes
+    rarely try the same one, and never twice in one process.
+    """
+    ephemeral_low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(_LOWEST_PORT, ephemeral_low)
+        if port not in _LENT_PORTS and _bindable(port):
+            _LENT_PORTS.add(port)
+            return port
+    raise TestbedError(f"no free loopback port found in {_LOWEST_PORT}-{ephemeral_low - 1}")
+
+
+def _ephemeral_low() -> int:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default; other systems start theirs at 49152 or above
+    return max(low, _LOWEST_PORT + 1000)
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
 
 
 def tail(path: Path, lines: int = 50) -> str:

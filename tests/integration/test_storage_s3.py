@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 import time
 import traceback
 from collections.abc import Iterator
@@ -19,18 +18,13 @@ from kafka_txn_sink.errors import CommitLogConflictError, CommitLogError
 from kafka_txn_sink.protocol.messages import Completion
 from kafka_txn_sink.storage import S3Settings, open_storage
 from kafka_txn_sink.storage.s3 import S3Storage
+from kafka_txn_sink.testing.processes import free_port
 from tests.commit_log_races import check_different_race, check_identical_race, make_decision
 from tests.conftest import S3_TEST_SECRET
 
 pytestmark = pytest.mark.s3
 
 SECRET = S3_TEST_SECRET
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -211,7 +205,7 @@ def test_a_404_without_an_error_code_asks_the_bucket(storage: S3Storage) -> None
 
 
 def test_unreachable_endpoint_is_a_clear_error() -> None:
-    endpoint = f"http://127.0.0.1:{_free_port()}"
+    endpoint = f"http://127.0.0.1:{free_port()}"
     settings = S3Settings(
         endpoint_url=endpoint,
         region="us-east-1",

@@ -184,3 +184,15 @@ def test_kill_tree_kills_processes_that_left_the_group(tmp_path: Path) -> None:
 
     assert killed[0] == proc.pid and set(killed[1:]) == set(below)
     assert not any(running(pid) for pid in killed)
+
+
+def test_ports_of_the_bed_are_not_ones_the_kernel_lends_to_outgoing_connections() -> None:
+    # A port from bind(0) is one of the kernel's ephemeral ports: a client's outgoing connection
+    # may take it before the broker binds it (a CI run failed on "Address already in use").
+    from kafka_txn_sink.testing.processes import free_port
+
+    low, _high = (int(part) for part in
+                  Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = [free_port() for _ in range(50)]
+    assert all(1024 < port < low for port in ports), ports
+    assert len(set(ports)) == len(ports), "a port was lent twice in one process"
