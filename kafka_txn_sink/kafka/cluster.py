@@ -1,6 +1,6 @@
 """Questions the driver asks the cluster: topics, the broker's transaction limit, what a
 transaction's records say of its fate (the fate probe, `fate.py`), and a consumer group's
-offsets and members (`groups.py`)."""
+offsets and members (`groups.py`; offsets through kafka-python, the rest through librdkafka)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from kafka_txn_sink.kafka.permissions import (
     refused,
     topic_permission,
 )
+from kafka_txn_sink.kafka.txn_admin import TxnAdmin, shared_txn_admin
 from kafka_txn_sink.protocol.messages import GroupOffsets, GroupProgress, OffsetRanges
 
 MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
@@ -59,6 +60,7 @@ class Cluster:
         self._bootstrap = bootstrap
         self._kafka = dict(kafka)
         self._config = client_config(bootstrap, kafka, timeout_ms)
+        self._timeout_ms = timeout_ms
         self._timeout_s = timeout_ms / 1000
         # librdkafka reports a refused login here only; a request then fails as "transport".
         self._login_refused: KafkaError | None = None
@@ -178,7 +180,7 @@ class Cluster:
             KafkaUnavailableError: the group coordinator refused otherwise.
         """
         try:
-            return progress_fate(self._admin, progress, self._timeout_s)
+            return progress_fate(self._groups(), progress, self._timeout_s)
         except GroupRefused as exc:
             step = f"reading the committed offsets of group {progress.group} (the fate probe)"
             raise group_error(exc, progress.group, self._kafka, step) from exc
@@ -192,7 +194,7 @@ class Cluster:
                 offsets are still pending.
         """
         try:
-            return fetch_offsets(self._admin, group, None, self._timeout_s, stable=True)
+            return fetch_offsets(self._groups(), group, None, self._timeout_s, stable=True)
         except GroupRefused as exc:
             step = f"reading the committed offsets of group {group}"
             raise group_error(exc, group, self._kafka, step, "Describe") from exc
@@ -207,7 +209,7 @@ class Cluster:
                 offsets were still pending after the client timeout.
         """
         try:
-            return settled_offsets(self._admin, group, partitions, self._timeout_s)
+            return settled_offsets(self._groups(), group, partitions, self._timeout_s)
         except GroupRefused as exc:
             step = f"reading the committed offsets of group {group}"
             if exc.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:  # one of `partitions`
@@ -245,6 +247,11 @@ class Cluster:
         except GroupRefused as exc:
             step = f"describing consumer group {group}"
             raise group_error(exc, group, self._kafka, step, "Describe") from exc
+
+    def _groups(self) -> TxnAdmin:
+        """The process's kafka-python client for these settings, which asks group coordinators
+        for offsets (`groups.fetch_offsets` says why not librdkafka)."""
+        return shared_txn_admin(self._bootstrap, self._kafka, self._timeout_ms)
 
     def _on_error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._AUTHENTICATION:

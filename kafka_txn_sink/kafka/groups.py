@@ -16,12 +16,14 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+import kafka.errors as kafka_errors
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from kafka_txn_sink.errors import KafkaTxnSinkError, KafkaUnavailableError
 from kafka_txn_sink.kafka.admin_api import Fate, FateAnswer
 from kafka_txn_sink.kafka.permissions import group_permission, refused
+from kafka_txn_sink.kafka.txn_admin import OffsetsAnswer, TxnAdmin
 from kafka_txn_sink.protocol.messages import GroupOffsets, GroupProgress
 
 # What the group coordinator answers while offsets of an open transaction are pending.
@@ -50,7 +52,7 @@ class GroupRefused(Exception):
 
 
 def fetch_offsets(
-    admin: AdminClient,
+    client: TxnAdmin,
     group: str,
     partitions: GroupOffsets | None,
     timeout_s: float,
@@ -58,39 +60,52 @@ def fetch_offsets(
     stable: bool,
 ) -> GroupOffsets:
     """The group's committed offsets for `partitions` (None: every partition it has), leaving out
-    partitions without one.
+    partitions without one. Asked through kafka-python, not librdkafka's AdminClient: that one
+    crashes the process when a moving group coordinator answers NOT_COORDINATOR.
 
     Raises:
         GroupRefused: the coordinator refused (with `stable`: offsets of an open transaction are
-            pending, among others).
+            pending, among others), or did not answer.
     """
-    wanted = (
-        [TopicPartition(t, p) for t, parts in sorted(partitions.items()) for p in sorted(parts)]
-        if partitions is not None
-        else None
-    )
-    request = [ConsumerGroupTopicPartitions(group, wanted)]
     answer = _retried(
-        lambda: _result(
-            admin.list_consumer_group_offsets(
-                request, require_stable=stable, request_timeout=timeout_s
-            )[group],
-            timeout_s,
-        ),
+        lambda: _offset_fetch(client, group, partitions, timeout_s, stable),
         timeout_s,
         _COORDINATOR_NOT_READY,
     )
     found: GroupOffsets = {}
-    for tp in answer.topic_partitions or ():
-        if tp.error is not None:
-            raise GroupRefused(tp.error)
-        if tp.offset >= 0:
-            found.setdefault(tp.topic, {})[tp.partition] = tp.offset
+    for topic, partition, offset, error in answer.partitions:
+        if error:
+            raise GroupRefused(_broker_error(error))
+        if offset >= 0:
+            found.setdefault(topic, {})[partition] = offset
     return found
 
 
+def _offset_fetch(
+    client: TxnAdmin, group: str, partitions: GroupOffsets | None, timeout_s: float, stable: bool
+) -> OffsetsAnswer:
+    """One OffsetFetch; a refusal of the whole group, or no answer, as `GroupRefused`."""
+    try:
+        answer = client.fetch_group_offsets(group, partitions, stable, timeout_s)
+    except kafka_errors.KafkaError as exc:
+        code = getattr(exc, "errno", None)
+        if isinstance(code, int):
+            raise GroupRefused(_broker_error(code)) from exc
+        raise GroupRefused(
+            KafkaError(KafkaError._TIMED_OUT, f"no answer: {type(exc).__name__}: {exc}")
+        ) from exc
+    if answer.error:
+        raise GroupRefused(_broker_error(answer.error))
+    return answer
+
+
+def _broker_error(code: int) -> KafkaError:
+    """A broker's error code as librdkafka's KafkaError (the same protocol codes)."""
+    return KafkaError(code, f"Broker: {kafka_errors.for_code(code).description}")
+
+
 def settled_offsets(
-    admin: AdminClient, group: str, partitions: GroupOffsets, timeout_s: float
+    client: TxnAdmin, group: str, partitions: GroupOffsets, timeout_s: float
 ) -> GroupOffsets:
     """The group's committed offsets of `partitions`, asked again while a transaction's offsets
     for any of them are pending (their commit markers are being written), up to `timeout_s`.
@@ -101,17 +116,17 @@ def settled_offsets(
         GroupRefused: the coordinator refused, or offsets were still pending at the deadline.
     """
     return _retried(
-        lambda: fetch_offsets(admin, group, partitions, timeout_s, stable=True),
+        lambda: fetch_offsets(client, group, partitions, timeout_s, stable=True),
         timeout_s,
         (KafkaError.UNSTABLE_OFFSET_COMMIT,),
     )
 
 
-def progress_fate(admin: AdminClient, progress: GroupProgress, timeout_s: float) -> FateAnswer:
+def progress_fate(client: TxnAdmin, progress: GroupProgress, timeout_s: float) -> FateAnswer:
     """What the group says of the progress transaction that committed `progress`: OPEN while
     its offsets (or another transaction's) are pending or the coordinator does not answer."""
     try:
-        held = fetch_offsets(admin, progress.group, progress.offsets, timeout_s, stable=True)
+        held = fetch_offsets(client, progress.group, progress.offsets, timeout_s, stable=True)
     except GroupRefused as exc:
         if exc.error.code() in _PENDING:
             return FateAnswer(Fate.OPEN, f"group {progress.group}: {exc.error.str()}")

@@ -1,5 +1,8 @@
 """Talks to the transaction coordinators: EndTxn for transactions opened by other processes,
-DescribeTransactions for the prepare check, ListTransactions for the clean-up.
+DescribeTransactions for the prepare check, ListTransactions for the clean-up; and to group
+coordinators: OffsetFetch (librdkafka's AdminClient crashes the process when a group coordinator
+answers it NOT_COORDINATOR: it looks the coordinator up again through a consumer-group handle an
+admin client does not have).
 
 No Kafka client commits a transaction it did not open (KIP-939 is unreleased), so the driver
 sends EndTxn itself. The broker checks only (transactional id, producer id, epoch) and the WRITE
@@ -14,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import kafka.errors as kafka_errors
@@ -22,6 +26,7 @@ from kafka.protocol.admin.transactions import (
     DescribeTransactionsRequest,
     ListTransactionsRequest,
 )
+from kafka.protocol.consumer import OffsetFetchRequest
 from kafka.protocol.metadata import CoordinatorType
 from kafka.protocol.producer import EndTxnRequest
 
@@ -37,6 +42,8 @@ log = logging.getLogger(__name__)
 __all__ = ["NOT_FOUND", "ONGOING", "EndTxnResult", "TxnAdmin", "TxnState", "shared_txn_admin"]
 
 END_TXN_MAX_VERSION = 3
+# OffsetFetch by group and topic names with require_stable (Kafka 3.0+); v10 names topics by id.
+OFFSET_FETCH_VERSIONS = (8, 9)
 # Requests pipelined on one connection; EndTxns beyond it wait for a slot in `end_transactions`.
 MAX_IN_FLIGHT = 256
 
@@ -237,6 +244,43 @@ class TxnAdmin:
 
         return self._run(run)
 
+    # -- OffsetFetch ----------------------------------------------------------------------------
+
+    def fetch_group_offsets(
+        self,
+        group: str,
+        partitions: Mapping[str, Iterable[int]] | None,
+        stable: bool,
+        timeout_s: float,
+    ) -> OffsetsAnswer:
+        """One OffsetFetch to `group`'s coordinator for `partitions` (None: every partition the
+        group has). A coordinator that answers it moved is forgotten, so asking again finds the
+        new one; no answer raises.
+
+        Raises:
+            kafka.errors.KafkaError: no answer (connection lost, timed out, no coordinator).
+        """
+        wanted = None if partitions is None else [
+            _GROUP_TOPIC(name=topic, partition_indexes=sorted(parts))
+            for topic, parts in sorted(partitions.items())
+        ]
+        request = OffsetFetchRequest(
+            groups=[_GROUP(group_id=group, topics=wanted)], require_stable=stable,
+            min_version=OFFSET_FETCH_VERSIONS[0], max_version=OFFSET_FETCH_VERSIONS[1],
+        )
+        timeout_ms = max(100, int(timeout_s * 1000))
+
+        async def ask() -> Any:
+            node = await self._admin._find_coordinator_id(group, CoordinatorType.GROUP)
+            return await self._manager.send(request, node_id=node, request_timeout_ms=timeout_ms)
+
+        with self._lock:
+            response = self._manager.run(ask)
+        answer = _offsets_answer(response, group)
+        if kafka_errors.for_code(answer.error) in _COORDINATOR_MOVED:
+            self._manager.cluster._coordinators.pop((CoordinatorType.GROUP, group), None)
+        return answer
+
     # -- plumbing -------------------------------------------------------------------------------
 
     def _run(self, coroutine: Any, *args: Any, ids: Sequence[str] = ()) -> Any:
@@ -282,6 +326,33 @@ _COORDINATOR_MOVED = (
     kafka_errors.CoordinatorNotAvailableError,
     kafka_errors.CoordinatorLoadInProgressError,
 )
+
+
+_GROUP = OffsetFetchRequest.OffsetFetchRequestGroup
+_GROUP_TOPIC = _GROUP.OffsetFetchRequestTopics
+
+
+@dataclass(frozen=True)
+class OffsetsAnswer:
+    """A group coordinator's answer to OffsetFetch: its error code for the group (0: none) and
+    (topic, partition, committed offset or -1, error code) for each partition."""
+
+    error: int
+    partitions: list[tuple[str, int, int, int]]
+
+
+def _offsets_answer(response: Any, group: str) -> OffsetsAnswer:
+    answered = [g for g in response.groups if g.group_id == group]
+    if not answered:
+        return OffsetsAnswer(kafka_errors.UnknownServerError.errno, [])
+    return OffsetsAnswer(
+        answered[0].error_code,
+        [
+            (topic.name, part.partition_index, part.committed_offset, part.error_code)
+            for topic in answered[0].topics
+            for part in topic.partitions
+        ],
+    )
 
 
 def _state_of(txn: Any) -> TxnState:

@@ -29,6 +29,7 @@ from kafka_txn_sink.testing.kafka_broker import (
 from kafka_txn_sink.testing.processes import LOOPBACK, free_port, wait_for
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+OFFSETS_TOPIC = "__consumer_offsets"
 
 _INT_MIN = -(2**31)
 
@@ -43,8 +44,9 @@ def java_string_hash(text: str) -> int:
 
 
 def transaction_state_partition(txn_id: str, partitions: int) -> int:
-    """The ``__transaction_state`` partition of ``txn_id`` among ``partitions``, as the broker
-    computes it (``Utils.abs(hashCode) % partitions``, where ``Utils.abs(MIN_VALUE)`` is 0)."""
+    """The ``__transaction_state`` partition of ``txn_id`` among ``partitions`` (and the
+    ``__consumer_offsets`` partition of a group id), as the broker computes it
+    (``Utils.abs(hashCode) % partitions``, where ``Utils.abs(MIN_VALUE)`` is 0)."""
     value = java_string_hash(txn_id)
     return (0 if value == _INT_MIN else abs(value)) % partitions
 
@@ -220,16 +222,22 @@ class KafkaCluster:
     def transaction_coordinator(self, txn_id: str, timeout: float = 30.0) -> int:
         """The node coordinating ``txn_id``: the leader of its ``__transaction_state``
         partition (the topic exists once any transactional producer has initialised)."""
+        return self._coordinator(TRANSACTION_STATE_TOPIC, txn_id, timeout)
+
+    def group_coordinator(self, group: str, timeout: float = 30.0) -> int:
+        """The node coordinating consumer group ``group``: the leader of its
+        ``__consumer_offsets`` partition (the topic exists once any group request was made)."""
+        return self._coordinator(OFFSETS_TOPIC, group, timeout)
+
+    def _coordinator(self, state_topic: str, key: str, timeout: float) -> int:
         def partition_count() -> int | None:
-            found = self._admin().list_topics(
-                topic=TRANSACTION_STATE_TOPIC, timeout=10).topics.get(TRANSACTION_STATE_TOPIC)
+            found = self._admin().list_topics(topic=state_topic, timeout=10).topics.get(state_topic)
             if found is None or found.error is not None or not found.partitions:
                 return None
             return len(found.partitions)
 
-        count = wait_for(partition_count, timeout, f"the partitions of {TRANSACTION_STATE_TOPIC}")
-        return self.leader(TRANSACTION_STATE_TOPIC,
-                           transaction_state_partition(txn_id, count), timeout)
+        count = wait_for(partition_count, timeout, f"the partitions of {state_topic}")
+        return self.leader(state_topic, transaction_state_partition(key, count), timeout)
 
     def coordinators(self, txn_ids: Iterable[str], timeout: float = 30.0) -> dict[int, list[str]]:
         """Node id -> the ids of ``txn_ids`` it coordinates."""
@@ -247,15 +255,6 @@ class KafkaCluster:
 
 
 def _distinct_ports(nodes: int, listeners: list[str]) -> dict[int, dict[str, int]]:
-    """Node id (1..nodes) -> listener -> a free loopback port, no port given twice."""
-    taken: set[int] = set()
-
-    def fresh() -> int:
-        for _ in range(100):
-            port = free_port()
-            if port not in taken:
-                taken.add(port)
-                return port
-        raise TestbedError("no distinct free loopback port found in 100 tries")
-
-    return {node_id: {name: fresh() for name in listeners} for node_id in range(1, nodes + 1)}
+    """Node id (1..nodes) -> listener -> a free loopback port (``free_port`` never gives one
+    twice in a process)."""
+    return {node_id: {name: free_port() for name in listeners} for node_id in range(1, nodes + 1)}

@@ -8,11 +8,18 @@ The killed node comes back as a supervisor would restart it: at once, or only af
 The query must finish, and a read_committed consumer must see every input id exactly once, with
 no transaction of the sink left open and no loss recorded in the commit log. Batch 2 runs after
 the fail-over, so the tasks also start transactions on the new coordinator.
+
+A group's coordinator moves too: the sink reads a group's offsets (the progress transaction's
+fate probe, the start check, `group-offsets`) while the node coordinating it shuts down and
+comes back, and must neither die nor answer wrong offsets.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
 from kafka_txn_sink import LOG_LEVEL_ENV
@@ -162,3 +170,63 @@ def report_outage(
           f"query ended {ended_after_s:.1f} s after the kill, ran {outcome.result.get('seconds')}"
           f" s, exit {outcome.returncode}; "
           f"log lines {dict(loggers)}; stderr in {pipeline.workdir / 'query.stderr'}")
+
+
+# Reads the group's offsets as `kafka-txn-sink group-offsets` does, until told to stop.
+READER = """
+import json, sys, time
+from pathlib import Path
+from kafka_txn_sink.errors import KafkaTxnSinkError
+from kafka_txn_sink.kafka.cluster import Cluster
+bootstrap, group, stop = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+cluster = Cluster(bootstrap, {}, 5000)
+answers, errors, end = {}, {}, time.monotonic() + 240
+while not stop.exists() and time.monotonic() < end:
+    try:
+        key = json.dumps(cluster.committed_offsets(group), sort_keys=True)
+        answers[key] = answers.get(key, 0) + 1
+    except KafkaTxnSinkError as exc:
+        errors[str(exc)[:200]] = errors.get(str(exc)[:200], 0) + 1
+print(json.dumps({"answers": answers, "errors": errors}))
+"""
+
+
+def test_reading_a_groups_offsets_survives_its_coordinator_moving(
+    kafka_cluster: KafkaCluster, tmp_path: Path
+) -> None:
+    # librdkafka's AdminClient dereferenced a null consumer-group handle when a coordinator
+    # answered its OffsetFetch NOT_COORDINATOR: the reading process died of SIGSEGV.
+    kafka_cluster.start()
+    name = uuid.uuid4().hex[:10]
+    topic, group = kafka_cluster.create_topic(f"in_{name}"), f"group_{name}"
+    committed = {topic: {0: 5, 1: 6, 2: 7}}
+    consumer = Consumer({"bootstrap.servers": kafka_cluster.bootstrap, "group.id": group})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in committed[topic].items()],
+                        asynchronous=False)
+    finally:
+        consumer.close()
+    stop = tmp_path / "stop"
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, kafka_cluster.bootstrap, group, str(stop)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        for _ in range(2):  # a graceful shutdown hands the group over while the node answers
+            coordinator = kafka_cluster.group_coordinator(group)
+            kafka_cluster.node(coordinator).stop()
+            kafka_cluster.restart(coordinator)
+            if reader.poll() is not None:
+                break
+        time.sleep(2)  # reads against the settled cluster
+        stop.touch()
+        out, err = reader.communicate(timeout=60)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+    died = f"signal {signal.Signals(-reader.returncode).name}" if reader.returncode < 0 else ""
+    assert reader.returncode == 0, f"the reader died ({died or reader.returncode}): {err[-2000:]}"
+    seen = json.loads(out)
+    print(f"\nreads of the group while its coordinator moved: {seen}")
+    expected = json.dumps({topic: {str(p): o for p, o in committed[topic].items()}}, sort_keys=True)
+    assert list(seen["answers"]) == [expected], seen
