@@ -33,10 +33,15 @@ _COORDINATOR_NOT_READY = (
     KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
 )
+_STALE_LEADER_EPOCH = (KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH)
+# No answer: a coordinator that shut down refuses connections until the group has moved.
+_NO_ANSWER = (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
 _LEADER_MOVING = (
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
     KafkaError._TIMED_OUT,
 )
 COORDINATOR_RETRY_S = 0.2
@@ -61,7 +66,8 @@ def fetch_offsets(
 ) -> GroupOffsets:
     """The group's committed offsets for `partitions` (None: every partition it has), leaving out
     partitions without one. Asked through kafka-python, not librdkafka's AdminClient: that one
-    crashes the process when a moving group coordinator answers NOT_COORDINATOR.
+    crashes the process when a moving group coordinator answers NOT_COORDINATOR. A coordinator
+    that moves, loads or does not answer is asked again (found anew) up to `timeout_s`.
 
     Raises:
         GroupRefused: the coordinator refused (with `stable`: offsets of an open transaction are
@@ -70,7 +76,7 @@ def fetch_offsets(
     answer = _retried(
         lambda: _offset_fetch(client, group, partitions, timeout_s, stable),
         timeout_s,
-        _COORDINATOR_NOT_READY,
+        _COORDINATOR_NOT_READY + _NO_ANSWER,
     )
     found: GroupOffsets = {}
     for topic, partition, offset, error in answer.partitions:
@@ -160,8 +166,16 @@ def log_ends(admin: AdminClient, offsets: GroupOffsets, timeout_s: float) -> Gro
 
     def ask() -> GroupOffsets:
         ends: GroupOffsets = {}
-        for tp, future in admin.list_offsets(wanted, request_timeout=timeout_s).items():
-            ends.setdefault(tp.topic, {})[tp.partition] = _result(future, timeout_s).offset
+        try:
+            for tp, future in admin.list_offsets(wanted, request_timeout=timeout_s).items():
+                ends.setdefault(tp.topic, {})[tp.partition] = _result(future, timeout_s).offset
+        except GroupRefused as exc:
+            if exc.error.code() in _STALE_LEADER_EPOCH:
+                # librdkafka asks again with the leader epoch it cached, which stays fenced
+                # until its metadata is refreshed (every 5 minutes by default): refresh it now.
+                for topic in offsets:
+                    admin.list_topics(topic=topic, timeout=timeout_s)
+            raise
         return ends
 
     return _retried(ask, timeout_s, _LEADER_MOVING)

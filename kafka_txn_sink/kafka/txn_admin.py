@@ -275,10 +275,14 @@ class TxnAdmin:
             return await self._manager.send(request, node_id=node, request_timeout_ms=timeout_ms)
 
         with self._lock:
-            response = self._manager.run(ask)
+            try:
+                response = self._manager.run(ask)
+            except kafka_errors.KafkaError:
+                self._forget_coordinator(group, CoordinatorType.GROUP)  # it may have moved
+                raise
         answer = _offsets_answer(response, group)
         if kafka_errors.for_code(answer.error) in _COORDINATOR_MOVED:
-            self._manager.cluster._coordinators.pop((CoordinatorType.GROUP, group), None)
+            self._forget_coordinator(group, CoordinatorType.GROUP)
         return answer
 
     # -- plumbing -------------------------------------------------------------------------------
@@ -314,8 +318,10 @@ class TxnAdmin:
         node: int = await self._admin._find_coordinator_id(txn_id, CoordinatorType.TRANSACTION)
         return node
 
-    def _forget_coordinator(self, txn_id: str) -> None:
-        self._manager.cluster._coordinators.pop((CoordinatorType.TRANSACTION, txn_id), None)
+    def _forget_coordinator(
+        self, key: str, kind: CoordinatorType = CoordinatorType.TRANSACTION
+    ) -> None:
+        self._manager.cluster._coordinators.pop((kind, key), None)
 
     def _remaining_ms(self, deadline: float) -> int:
         return max(100, min(self._timeout_ms, int((deadline - time.monotonic()) * 1000)))

@@ -172,22 +172,29 @@ def report_outage(
           f"log lines {dict(loggers)}; stderr in {pipeline.workdir / 'query.stderr'}")
 
 
-# Reads the group's offsets as `kafka-txn-sink group-offsets` does, until told to stop.
+# Reads the group's offsets as `kafka-txn-sink group-offsets` does, its members and the input's
+# ends as the start check does, until told to stop.
 READER = """
 import json, sys, time
 from pathlib import Path
 from kafka_txn_sink.errors import KafkaTxnSinkError
 from kafka_txn_sink.kafka.cluster import Cluster
 bootstrap, group, stop = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-cluster = Cluster(bootstrap, {}, 5000)
-answers, errors, end = {}, {}, time.monotonic() + 240
+cluster = Cluster(bootstrap, {}, 15000)
+answers, errors, described, end = {}, {}, {}, time.monotonic() + 240
 while not stop.exists() and time.monotonic() < end:
     try:
-        key = json.dumps(cluster.committed_offsets(group), sort_keys=True)
+        held = cluster.committed_offsets(group)
+        cluster.log_ends(held)
+        key = json.dumps(held, sort_keys=True)
         answers[key] = answers.get(key, 0) + 1
     except KafkaTxnSinkError as exc:
         errors[str(exc)[:200]] = errors.get(str(exc)[:200], 0) + 1
-print(json.dumps({"answers": answers, "errors": errors}))
+    try:
+        cluster.group_members(group)
+    except KafkaTxnSinkError as exc:
+        described[str(exc)[:200]] = described.get(str(exc)[:200], 0) + 1
+print(json.dumps({"answers": answers, "errors": errors, "describe errors": described}))
 """
 
 
@@ -195,7 +202,10 @@ def test_reading_a_groups_offsets_survives_its_coordinator_moving(
     kafka_cluster: KafkaCluster, tmp_path: Path
 ) -> None:
     # librdkafka's AdminClient dereferenced a null consumer-group handle when a coordinator
-    # answered its OffsetFetch NOT_COORDINATOR: the reading process died of SIGSEGV.
+    # answered its OffsetFetch NOT_COORDINATOR: the reading process died of SIGSEGV. And a read
+    # of offsets must ride out the move: no error while the group and the leaders find their new
+    # nodes. Describing the group (librdkafka's) may still time out once: printed, not asserted
+    # (docs/consumer_groups.md).
     kafka_cluster.start()
     name = uuid.uuid4().hex[:10]
     topic, group = kafka_cluster.create_topic(f"in_{name}"), f"group_{name}"
@@ -230,3 +240,4 @@ def test_reading_a_groups_offsets_survives_its_coordinator_moving(
     print(f"\nreads of the group while its coordinator moved: {seen}")
     expected = json.dumps({topic: {str(p): o for p, o in committed[topic].items()}}, sort_keys=True)
     assert list(seen["answers"]) == [expected], seen
+    assert not seen["errors"], seen
