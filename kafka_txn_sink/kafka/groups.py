@@ -10,6 +10,7 @@ transaction committed: the sink commits offsets only forward, one completed batc
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -173,8 +174,9 @@ def log_ends(admin: AdminClient, offsets: GroupOffsets, timeout_s: float) -> Gro
             if exc.error.code() in _STALE_LEADER_EPOCH:
                 # librdkafka asks again with the leader epoch it cached, which stays fenced
                 # until its metadata is refreshed (every 5 minutes by default): refresh it now.
-                for topic in offsets:
-                    admin.list_topics(topic=topic, timeout=timeout_s)
+                with contextlib.suppress(KafkaException):  # the next ask reports any failure
+                    for topic in offsets:
+                        admin.list_topics(topic=topic, timeout=timeout_s)
             raise
         return ends
 

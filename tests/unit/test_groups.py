@@ -131,3 +131,12 @@ def test_a_leader_that_moves_is_asked_again_for_the_end(moving: int) -> None:
     assert groups.log_ends(admin, {"in": {0: 1}}, 5) == {"in": {0: 42}}  # type: ignore[arg-type]
     stale_epoch = moving != KafkaError.NOT_LEADER_FOR_PARTITION
     assert admin.refreshed == (["in"] if stale_epoch else [])
+
+
+def test_a_refresh_that_fails_leaves_the_next_ask_to_say_what_is_wrong() -> None:
+    class Unreachable(Ends):
+        def list_topics(self, topic: str, timeout: float) -> None:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
+
+    admin = Unreachable(KafkaError.FENCED_LEADER_EPOCH, None)
+    assert groups.log_ends(admin, {"in": {0: 1}}, 5) == {"in": {0: 42}}  # type: ignore[arg-type]
