@@ -164,7 +164,28 @@ class _EosStats:
 
     def on_stats(self, raw: str) -> None:
         if self.wanted:  # parsing every sample would cost CPU on the produce path
-            self.latest = json.loads(raw).get("eos", {})
+            self.latest = eos_of(raw)
+
+
+_EOS_KEY = '"eos":'
+_DECODER = json.JSONDecoder()
+
+
+def eos_of(raw: str) -> dict[str, Any]:
+    """The `eos` object of a statistics sample ({} when it has none).
+
+    librdkafka writes it last, after every partition of every topic the producer knows: 787 KB
+    for a topic of 1,024 partitions, 5.6 ms to parse whole. Found from the end, it is decoded
+    alone (microseconds); a sample in another order is parsed whole.
+    """
+    start = raw.find("{", raw.rfind(_EOS_KEY) + len(_EOS_KEY))
+    if start > 0:
+        with contextlib.suppress(ValueError):
+            eos, _ = _DECODER.raw_decode(raw, start)
+            if isinstance(eos, dict) and "txn_state" in eos:
+                return eos
+    found = json.loads(raw).get("eos", {})
+    return found if isinstance(found, dict) else {}
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,12 @@ what the per-partition reports of `send_many` keep: first and last offset, every
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError
 
-from kafka_txn_sink.kafka.producer import _Deliveries, _PartitionReports
+from kafka_txn_sink.kafka.producer import _Deliveries, _PartitionReports, eos_of
 
 
 @dataclass
@@ -99,3 +100,37 @@ def test_a_failure_in_the_middle_is_taken_once_and_names_its_topic() -> None:
     for error, msg in failed:
         deliveries.on_delivery(error, msg)
     assert deliveries.error is not None and deliveries.error_topic == "t"
+
+
+def stats_sample(topics: dict[str, int], eos: dict[str, object] | None) -> str:
+    """A statistics sample shaped as librdkafka writes it: topics and partitions, eos last."""
+    sample: dict[str, object] = {
+        "name": "rdkafka#producer-1",
+        "client_id": 'a "eos": {"txn_state": "Ready"} in a client id',
+        "topics": {
+            name: {"topic": name, "partitions": {str(p): {"msgq_cnt": 0} for p in range(count)}}
+            for name, count in topics.items()
+        },
+    }
+    if eos is not None:
+        sample["eos"] = eos
+    return json.dumps(sample)
+
+
+EOS = {"txn_state": "InTransaction", "producer_id": 8, "producer_epoch": 3, "epoch_cnt": 1}
+
+
+def test_the_producer_id_is_read_from_the_eos_object_and_no_topic_named_eos() -> None:
+    raw = stats_sample({"eos": 3, "orders": 1024}, EOS)
+
+    assert eos_of(raw) == EOS
+
+
+def test_a_sample_in_another_order_is_read_whole() -> None:
+    raw = json.dumps({"eos": EOS, "topics": {"eos": {"partitions": {}}}})
+
+    assert eos_of(raw) == EOS
+
+
+def test_a_sample_without_eos_gives_nothing() -> None:
+    assert eos_of(stats_sample({"eos": 2}, None)) == {}
