@@ -15,7 +15,10 @@ excess over Spark's at the same trigger, with the issue's targets at a 1 s trigg
 each part of the batches' `durationMs` says where a batch's time goes, and for kafka_txn the
 failpoints (each set to `signal`, which notes when it is reached) split a batch into its tasks,
 Spark's commit up to the prepare check, the check, the decision, the EndTxns and the completion;
-`--chart` draws the latency distributions (matplotlib).
+`--chart` draws the latency distributions (matplotlib). `--floor` adds a third query per
+trigger and round, a Python sink that writes nothing (benchmarks/noop_sink.py: `noop_arrow` on
+PySpark 4.1+, `noop_python` before), whose batches show what any Python data source pays in the
+same shape and load; it has no rows to see, so only its batches are reported.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from tests.e2e.harness import create_topics
 
 BENCHMARKS = Path(__file__).resolve().parent
 SINKS = ("kafka_txn", "kafka")
+FLOOR = "floor"  # latency_job.py runs it as noop_arrow or noop_python
 PARTITIONS = 4
 TARGETS_AT_1S = {"p50": 100.0, "p99": 300.0}  # kafka_txn may exceed Spark's by at most (ms)
 
@@ -114,6 +118,8 @@ def measure(bench: dict[str, Any], sink: str, trigger_ms: int, round_no: int) ->
     options = {"kafka.bootstrap.servers": bench["bootstrap"], "topic": output}
     if sink == "kafka_txn":
         options.update({"sinkId": name, "commitLog": str(work / f"{name}_log")})
+    if sink == FLOOR:
+        options = {}
     job = {
         "jars": bench["jars"],
         "bootstrap": bench["bootstrap"],
@@ -126,6 +132,8 @@ def measure(bench: dict[str, Any], sink: str, trigger_ms: int, round_no: int) ->
         "max_s": bench["seconds"] + 600,
     }
     env = {**os.environ, "PYSPARK_PYTHON": bench["python"], "SPARK_LOCAL_IP": "127.0.0.1"}
+    if sink == FLOOR:  # the workers unpickle the floor's writer from benchmarks/noop_sink.py
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCHMARKS), env.get("PYTHONPATH")]))
     signals = work / f"{name}_signals"
     if sink == "kafka_txn":  # every point signals when it is reached: the phases of a batch
         signals.mkdir()
@@ -144,10 +152,13 @@ def measure(bench: dict[str, Any], sink: str, trigger_ms: int, round_no: int) ->
             raise RuntimeError(f"the {sink} query did not start: {process.stderr.read()[-3000:]}")
         done = threading.Event()
         reader = threading.Thread(target=consume, args=(bench["bootstrap"], output, run, done))
-        reader.start()
-        run.expected = produce(bench["bootstrap"], source, bench["rate"], bench["seconds"])
+        if sink != FLOOR:
+            reader.start()
+        produced = produce(bench["bootstrap"], source, bench["rate"], bench["seconds"])
+        run.expected = produced if sink != FLOOR else 0
         done.set()
-        reader.join()
+        if sink != FLOOR:
+            reader.join()
         Path(job["stop"]).touch()
         summary = json.loads(process.communicate(timeout=300)[0].strip().splitlines()[-1])
     finally:
@@ -161,9 +172,9 @@ def measure(bench: dict[str, Any], sink: str, trigger_ms: int, round_no: int) ->
             f"{sink} at {trigger_ms} ms: {len(run.latencies_ms)} of "
             f"{run.expected} rows seen; {summary['error'][:2000]}"
         )
+    seen = figures(run.latencies_ms) if run.latencies_ms else "no rows to see"
     print(
-        f"  {sink:<9} trigger {trigger_ms:>5} ms round {round_no}: {figures(run.latencies_ms)}; "
-        f"{run.batches} batches",
+        f"  {sink:<9} trigger {trigger_ms:>5} ms round {round_no}: {seen}; {run.batches} batches",
         flush=True,
     )
     return run
@@ -260,7 +271,7 @@ def report(runs: list[Run], triggers: list[int]) -> list[str]:
             f"| {trigger} ms | {excess['p50']:+,.0f} ms | {excess['p99']:+,.0f} ms | {verdict} |"
         )
     out += ["", "mean durationMs of a batch with rows (Spark's progress), per sink and trigger:"]
-    for sink in SINKS:
+    for sink in dict.fromkeys(r.sink for r in kept):
         for trigger in triggers:
             mine = [r for r in kept if (r.sink, r.trigger_ms) == (sink, trigger)]
             parts = sorted({k for r in mine for k in r.duration_ms})
@@ -310,6 +321,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="input produced per query")
     parser.add_argument("--rounds", type=int, default=2, help="the first warms up")
     parser.add_argument("--chart", default="", help="an SVG file for the distributions")
+    parser.add_argument("--floor", action="store_true", help="also a Python sink writing nothing")
     options = parser.parse_args()
     triggers = [int(t) for t in options.triggers.split(",")]
     python = str(Path(options.python).absolute())
@@ -326,11 +338,12 @@ def main() -> int:
                 "rate": options.rate,
                 "seconds": options.seconds,
             }
+            sinks = (*SINKS, FLOOR) if options.floor else SINKS
             runs = [
                 measure(bench, sink, trigger, round_no)
                 for round_no in range(options.rounds)
                 for trigger in triggers
-                for sink in (SINKS if round_no % 2 == 0 else SINKS[::-1])
+                for sink in (sinks if round_no % 2 == 0 else sinks[::-1])
             ]
     print(
         f"\n{options.rate:,} rows/s for {options.seconds:g} s per query, {PARTITIONS} partitions, "

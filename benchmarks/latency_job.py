@@ -3,7 +3,8 @@
     python benchmarks/latency_job.py '<json>'   # run by latency.py with a line's interpreter
 
 The query reads the input topic from its end (Spark's Kafka source, `latest`) and writes key and
-value unchanged with `format` (kafka_txn or Spark's kafka) at a processing-time trigger. It
+value unchanged with `format` (kafka_txn, Spark's kafka, or `floor`: a Python sink writing nothing)
+at a processing-time trigger. It
 prints `{"started": true}` once its first batch is done, runs until the file `stop` names exists
 (at most `max_s`), then prints the mean of each part of its batches' `durationMs` and the batch
 count as one JSON line.
@@ -32,6 +33,13 @@ def main() -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    sink = args["format"]
+    if sink == "floor":  # a Python sink that writes nothing (noop_sink.py), the writer's kind
+        from noop_sink import ArrowWriterBase, NoopArrowSource, NoopSource
+
+        floor = NoopArrowSource if ArrowWriterBase is not None else NoopSource
+        spark.dataSource.register(floor)
+        sink = floor.name()
     source = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", args["bootstrap"])
@@ -40,7 +48,7 @@ def main() -> int:
         .load()
         .select("key", "value")
     )
-    writer = source.writeStream.format(args["format"]).option(
+    writer = source.writeStream.format(sink).option(
         "checkpointLocation", args["checkpoint"]
     )
     for key, value in args["options"].items():
