@@ -153,6 +153,44 @@ def test_many_commits_in_parallel(kafka_bootstrap: str, topic: str) -> None:
     assert len(read_topic(kafka_bootstrap, topic)) == 18
 
 
+def prepared_here(bootstrap: str, topic: str, rows: int) -> Triple:
+    """A transaction prepared as a task prepares it, its producer dropped without closing."""
+    txn_id = f"coordtest_{uuid.uuid4().hex[:8]}-0"
+    txn = TaskTransaction(producer_config(bootstrap, {}, txn_id, 60_000), 30)
+    txn.init()
+    for row in range(rows):
+        txn.send(topic, f"{txn_id} {row}".encode())
+    prepared = txn.prepare()
+    txn.detach()
+    assert prepared is not None
+    return prepared.triple
+
+
+def test_one_call_commits_every_good_triple_and_names_each_wrong_one(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    good = [prepared_here(kafka_bootstrap, topic, rows=3) for _ in range(40)]
+    left_open = [prepared_here(kafka_bootstrap, topic, rows=3) for _ in range(2)]
+    wrong = [
+        Triple(left_open[0].transactional_id, left_open[0].producer_id, 9),
+        Triple(left_open[1].transactional_id, 999_999, left_open[1].producer_epoch),
+    ]
+    asked = good[:20] + wrong + good[20:]
+
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        results = txn_admin.end_transactions(asked, commit=True, deadline_s=30)
+        states = txn_admin.describe([t.transactional_id for t in left_open])
+        txn_admin.end_transactions(left_open, commit=False, deadline_s=30)
+
+    assert [r.triple for r in results] == asked
+    assert [r.error for r in results if r.triple in good] == [None] * 40
+    assert results[20].error in {"InvalidProducerEpochError", "ProducerFencedError"}
+    assert results[21].error == "InvalidProducerIdMappingError"
+    assert {s.state for s in states.values()} == {ONGOING}
+    seen = [r.value for r in read_topic(kafka_bootstrap, topic)]
+    assert len(seen) == len(set(seen)) == 120
+
+
 def test_fenced_by_a_new_producer_then_commit_fails(kafka_bootstrap: str, topic: str) -> None:
     opened = open_elsewhere(kafka_bootstrap, topic)
     fencer = Producer(
