@@ -154,9 +154,10 @@ def test_many_commits_in_parallel(kafka_bootstrap: str, topic: str) -> None:
 
 
 def prepared_here(bootstrap: str, topic: str, rows: int) -> Triple:
-    """A transaction prepared as a task prepares it, its producer dropped without closing."""
+    """A transaction prepared as a task prepares it, its producer dropped without closing; its
+    timeout outlasts the test (the oldest clients take up to 2 s to prepare each)."""
     txn_id = f"coordtest_{uuid.uuid4().hex[:8]}-0"
-    txn = TaskTransaction(producer_config(bootstrap, {}, txn_id, 60_000), 30)
+    txn = TaskTransaction(producer_config(bootstrap, {}, txn_id, 600_000), 30)
     txn.init()
     for row in range(rows):
         txn.send(topic, f"{txn_id} {row}".encode())
@@ -169,13 +170,13 @@ def prepared_here(bootstrap: str, topic: str, rows: int) -> Triple:
 def test_one_call_commits_every_good_triple_and_names_each_wrong_one(
     kafka_bootstrap: str, topic: str
 ) -> None:
-    good = [prepared_here(kafka_bootstrap, topic, rows=3) for _ in range(40)]
+    good = [prepared_here(kafka_bootstrap, topic, rows=3) for _ in range(12)]
     left_open = [prepared_here(kafka_bootstrap, topic, rows=3) for _ in range(2)]
     wrong = [
         Triple(left_open[0].transactional_id, left_open[0].producer_id, 9),
         Triple(left_open[1].transactional_id, 999_999, left_open[1].producer_epoch),
     ]
-    asked = good[:20] + wrong + good[20:]
+    asked = good[:6] + wrong + good[6:]
 
     with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
         results = txn_admin.end_transactions(asked, commit=True, deadline_s=30)
@@ -183,12 +184,12 @@ def test_one_call_commits_every_good_triple_and_names_each_wrong_one(
         txn_admin.end_transactions(left_open, commit=False, deadline_s=30)
 
     assert [r.triple for r in results] == asked
-    assert [r.error for r in results if r.triple in good] == [None] * 40
-    assert results[20].error in {"InvalidProducerEpochError", "ProducerFencedError"}
-    assert results[21].error == "InvalidProducerIdMappingError"
+    assert [r.error for r in results if r.triple in good] == [None] * 12
+    assert results[6].error in {"InvalidProducerEpochError", "ProducerFencedError"}
+    assert results[7].error == "InvalidProducerIdMappingError"
     assert {s.state for s in states.values()} == {ONGOING}
     seen = [r.value for r in read_topic(kafka_bootstrap, topic)]
-    assert len(seen) == len(set(seen)) == 120
+    assert len(seen) == len(set(seen)) == 36
 
 
 def test_fenced_by_a_new_producer_then_commit_fails(kafka_bootstrap: str, topic: str) -> None:
