@@ -115,11 +115,10 @@ def measure(bench: dict[str, Any], sink: str, trigger_ms: int, round_no: int) ->
     source, output = f"{name}_in", f"{name}_out"
     create_topics(bench["bootstrap"], PARTITIONS, source, output)
     work: Path = bench["work"]
-    options = {"kafka.bootstrap.servers": bench["bootstrap"], "topic": output}
+    watched = sink != FLOOR  # the floor writes no rows: only its batches count
+    options = {"kafka.bootstrap.servers": bench["bootstrap"], "topic": output} if watched else {}
     if sink == "kafka_txn":
         options.update({"sinkId": name, "commitLog": str(work / f"{name}_log")})
-    if sink == FLOOR:
-        options = {}
     job = {
         "jars": bench["jars"],
         "bootstrap": bench["bootstrap"],
@@ -132,7 +131,7 @@ def measure(bench: dict[str, Any], sink: str, trigger_ms: int, round_no: int) ->
         "max_s": bench["seconds"] + 600,
     }
     env = {**os.environ, "PYSPARK_PYTHON": bench["python"], "SPARK_LOCAL_IP": "127.0.0.1"}
-    if sink == FLOOR:  # the workers unpickle the floor's writer from benchmarks/noop_sink.py
+    if not watched:  # the workers unpickle the floor's writer from benchmarks/noop_sink.py
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCHMARKS), env.get("PYTHONPATH")]))
     signals = work / f"{name}_signals"
     if sink == "kafka_txn":  # every point signals when it is reached: the phases of a batch
@@ -152,12 +151,12 @@ def measure(bench: dict[str, Any], sink: str, trigger_ms: int, round_no: int) ->
             raise RuntimeError(f"the {sink} query did not start: {process.stderr.read()[-3000:]}")
         done = threading.Event()
         reader = threading.Thread(target=consume, args=(bench["bootstrap"], output, run, done))
-        if sink != FLOOR:
+        if watched:
             reader.start()
         produced = produce(bench["bootstrap"], source, bench["rate"], bench["seconds"])
-        run.expected = produced if sink != FLOOR else 0
+        run.expected = produced if watched else 0
         done.set()
-        if sink != FLOOR:
+        if watched:
             reader.join()
         Path(job["stop"]).touch()
         summary = json.loads(process.communicate(timeout=300)[0].strip().splitlines()[-1])

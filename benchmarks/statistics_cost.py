@@ -48,6 +48,17 @@ def config(bootstrap: str) -> dict[str, Any]:
     return producer_config(bootstrap, {}, f"stats-bench-{uuid.uuid4().hex}", TXN_TIMEOUT_MS)
 
 
+def touching_every_partition(settings: dict[str, Any], topic: str, partitions: int) -> Producer:
+    """A producer whose open transaction holds one flushed record in each partition of `topic`."""
+    producer = Producer(settings)
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    for partition in range(partitions):
+        producer.produce(topic, b"x", partition=partition)
+    producer.flush(TIMEOUT_S)
+    return producer
+
+
 def idle_cpu_ms_per_s(bootstrap: str, topic: str, partitions: int, stats: bool) -> float:
     """CPU per second of a producer whose open transaction touched every partition."""
     settings = config(bootstrap)
@@ -55,12 +66,7 @@ def idle_cpu_ms_per_s(bootstrap: str, topic: str, partitions: int, stats: bool) 
         settings["stats_cb"] = lambda raw: None  # the sink's callback while rows are produced
     else:
         settings["statistics.interval.ms"] = 0
-    producer = Producer(settings)
-    producer.init_transactions(TIMEOUT_S)
-    producer.begin_transaction()
-    for partition in range(partitions):
-        producer.produce(topic, b"x", partition=partition)
-    producer.flush(TIMEOUT_S)
+    producer = touching_every_partition(settings, topic, partitions)
     before, start = cpu_s(), time.monotonic()
     while time.monotonic() - start < 2.0:
         producer.poll(0.05)
@@ -73,12 +79,7 @@ def one_sample(bootstrap: str, topic: str, partitions: int) -> str:
     """A statistics sample of a producer that wrote to every partition of `topic`."""
     samples: list[str] = []
     settings = {**config(bootstrap), "stats_cb": samples.append}
-    producer = Producer(settings)
-    producer.init_transactions(TIMEOUT_S)
-    producer.begin_transaction()
-    for partition in range(partitions):
-        producer.produce(topic, b"x", partition=partition)
-    producer.flush(TIMEOUT_S)
+    producer = touching_every_partition(settings, topic, partitions)
     samples.clear()
     while not samples:
         producer.poll(STATS_INTERVAL_MS / 1000)

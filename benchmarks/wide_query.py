@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -147,10 +148,7 @@ def ids_held(bootstrap: str, sink_id: str) -> dict[str, int]:
     with TxnAdmin(bootstrap, {}) as admin:
         ids = [i for i in admin.list_ids() if i.startswith(sink_id)]
         states = admin.describe(ids)
-    counts: dict[str, int] = {}
-    for state in states.values():
-        counts[state.state] = counts.get(state.state, 0) + 1
-    return counts
+    return dict(Counter(state.state for state in states.values()))
 
 
 def main() -> int:
