@@ -1,6 +1,7 @@
-"""EndTxn for many transactions over one connection or several, side by side on one broker.
+"""EndTxn for many transactions over one connection or several, on one broker or a cluster.
 
     .venv/bin/python benchmarks/endtxn_connections.py --tasks 1024 --rounds 3 --connections 1 4 8
+    .venv/bin/python benchmarks/endtxn_connections.py --nodes 3     # 3 coordinators, replicated
 
 A broker handles one request of a connection at a time (it mutes the connection until the
 answer is out), so the EndTxns the driver pipelines on its one connection to a coordinator are
@@ -23,9 +24,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from commit_overhead import prepare_tasks
+from commit_overhead import brokers, prepare_tasks
 
-from kafka_txn_sink import testing
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.messages import Triple
 from tests.e2e.harness import create_topics
@@ -56,11 +56,16 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, nargs="*", default=[1, 4, 8])
+    parser.add_argument("--nodes", type=int, default=1, help="as commit_overhead.py's")
     options = parser.parse_args()
     times: dict[int, list[float]] = {n: [] for n in options.connections}
-    with tempfile.TemporaryDirectory() as tmp, testing.kafka_bootstrap(Path(tmp)) as bootstrap:
+    with tempfile.TemporaryDirectory() as tmp, brokers(Path(tmp), options.nodes) as found:
+        bootstrap, cluster = found
         topic = f"endtxn_{uuid.uuid4().hex[:8]}"
-        create_topics(bootstrap, 8, topic)
+        if cluster is not None:
+            cluster.create_topic(topic, 8, timeout=300)
+        else:
+            create_topics(bootstrap, 8, topic)
         admins = {n: [TxnAdmin(bootstrap, {}) for _ in range(n)] for n in options.connections}
         with ThreadPoolExecutor(max_workers=16) as pool:
             for round_ in range(options.rounds + 1):  # the first warms every client up
@@ -74,7 +79,8 @@ def main() -> int:
             for admin in clients:
                 admin.close()
     base = statistics.median(times[options.connections[0]])
-    print(f"EndTxn(commit) of {options.tasks} transactions, one broker, {options.rounds} rounds")
+    print(f"EndTxn(commit) of {options.tasks} transactions, {options.nodes} node(s), "
+          f"{options.rounds} rounds")  # fmt: skip
     print("| connections | median ms | min-max ms | / first |")
     print("|---|---|---|---|")
     for n, values in times.items():

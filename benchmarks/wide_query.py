@@ -26,14 +26,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
+from commit_overhead import ids_held
 from confluent_kafka import Producer
 from latency import PHASE_POINTS, phases
 
 from kafka_txn_sink import failpoints, testing
-from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.testing.kafka_cluster import KafkaCluster
 from kafka_txn_sink.testing.topics import read_topic
 
@@ -141,14 +140,6 @@ def run_query(
         raise RuntimeError(f"the query failed:\n{done.stderr[first : first + 6000]}")
     print(f"phases (mean ms a batch): {json.dumps(phases(signals))}")
     return found[0]["batches"], sink_id
-
-
-def ids_held(bootstrap: str, sink_id: str) -> dict[str, int]:
-    """How many of the sink's transactional ids the brokers hold, by state."""
-    with TxnAdmin(bootstrap, {}) as admin:
-        ids = [i for i in admin.list_ids() if i.startswith(sink_id)]
-        states = admin.describe(ids)
-    return dict(Counter(state.state for state in states.values()))
 
 
 def main() -> int:

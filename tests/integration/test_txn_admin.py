@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Producer
 
 from kafka_txn_sink.errors import KafkaTxnSinkError, KafkaUnavailableError
+from kafka_txn_sink.kafka import txn_admin as txn_admin_module
 from kafka_txn_sink.kafka.admin_api import Fate
 from kafka_txn_sink.kafka.cluster import Cluster
 from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
@@ -167,9 +168,12 @@ def prepared_here(bootstrap: str, topic: str, rows: int) -> Triple:
     return prepared.triple
 
 
+@pytest.mark.parametrize("per_client", [txn_admin_module.END_TXN_PER_CLIENT, 4])
 def test_one_call_commits_every_good_triple_and_names_each_wrong_one(
-    kafka_bootstrap: str, topic: str
+    kafka_bootstrap: str, topic: str, per_client: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # With 4 a client, the 14 EndTxns go over four clients in threads, each its own connection.
+    monkeypatch.setattr(txn_admin_module, "END_TXN_PER_CLIENT", per_client)
     good = [prepared_here(kafka_bootstrap, topic, rows=3) for _ in range(12)]
     left_open = [prepared_here(kafka_bootstrap, topic, rows=3) for _ in range(2)]
     wrong = [
@@ -182,6 +186,7 @@ def test_one_call_commits_every_good_triple_and_names_each_wrong_one(
         results = txn_admin.end_transactions(asked, commit=True, deadline_s=30)
         states = txn_admin.describe([t.transactional_id for t in left_open])
         txn_admin.end_transactions(left_open, commit=False, deadline_s=30)
+        clients = len(txn_admin._end_txn_clients(len(asked)))
 
     assert [r.triple for r in results] == asked
     assert [r.error for r in results if r.triple in good] == [None] * 12
@@ -190,6 +195,7 @@ def test_one_call_commits_every_good_triple_and_names_each_wrong_one(
     assert {s.state for s in states.values()} == {ONGOING}
     seen = [r.value for r in read_topic(kafka_bootstrap, topic)]
     assert len(seen) == len(set(seen)) == 36
+    assert clients == -(-len(asked) // per_client)
 
 
 def test_fenced_by_a_new_producer_then_commit_fails(kafka_bootstrap: str, topic: str) -> None:
