@@ -8,13 +8,17 @@ topic with the Kafka source (availableNow, `maxOffsetsPerTrigger`), shapes the r
 log12 rows as a struct value, which the sink writes as Avro; `files`: the log12 rows as twelve
 typed columns, 100b as key and value; `payload`: the JSON value as a string column)
 and writes them with one writer. One JSON line per query is printed: its non-empty batches as
-[rows, triggerExecution ms] and the Spark version.
+[rows, triggerExecution ms], the Spark version and the CPU the query cost: the machine's busy
+CPU seconds over the whole query (every process: Spark, its Python workers, the broker) and,
+when the argument names the broker's pid, the broker's share of them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -83,13 +87,33 @@ def run(spark: SparkSession, query: dict[str, Any]) -> list[list[int]]:
     ]
 
 
+def cpu_seconds(broker_pid: int | None) -> tuple[float, float]:
+    """CPU seconds used so far by the whole machine (busy, /proc/stat) and by the broker."""
+    tick = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    busy = sum(fields[0:3]) + sum(fields[5:8])  # user, nice, system, irq, softirq, steal
+    broker = 0
+    if broker_pid:
+        with open(f"/proc/{broker_pid}/stat") as stat:
+            after_name = stat.read().rsplit(")", 1)[1].split()
+        broker = int(after_name[11]) + int(after_name[12])  # utime, stime
+    return busy / tick, broker / tick
+
+
 def main() -> int:
     """Run the queries of argv[1] in order, printing one JSON line per query."""
     args = json.loads(sys.argv[1])
     spark = session(args["jars"])
+    broker_pid = args.get("broker_pid")
     for query in args["queries"]:
+        began, (busy, broker) = time.monotonic(), cpu_seconds(broker_pid)
         batches = run(spark, query)
-        print(json.dumps({"name": query["name"], "batches": batches, "spark": spark.version}))
+        ended, (busy_end, broker_end) = time.monotonic(), cpu_seconds(broker_pid)
+        cpu = {"wall_s": ended - began, "busy_s": busy_end - busy, "broker_s": broker_end - broker}
+        print(json.dumps(
+            {"name": query["name"], "batches": batches, "spark": spark.version, "cpu": cpu}
+        ))  # fmt: skip
         sys.stdout.flush()
     spark.stop()
     return 0

@@ -14,6 +14,8 @@ from kafka_txn_sink.testing import newest_spark_line
 NEWEST = newest_spark_line()
 
 Rates = dict[tuple[str, str, str], list[float]]  # (line, input, writer) -> rows/s per round
+# (line, input, writer) -> per round, CPU microseconds a row: (the machine's, the broker's)
+Costs = dict[tuple[str, str, str], list[tuple[float, float]]]
 
 # (name, top, bottom, {line: target}); the targets of issue 16.
 RATIOS = [
@@ -91,6 +93,30 @@ def verdict(text: str, values: list[float], target: float | None) -> str:
     if not text or target is None:
         return text
     return f"{text} {'met' if statistics.median(counted(values)) >= target else 'NOT met'}"
+
+
+def cpu_table(costs: Costs, tags: list[str], cells: list[str]) -> list[str]:
+    """CPU per row of each query, whole queries (start and every batch), median (min-max):
+    the machine's busy CPU (Spark, its Python workers, the broker, the rest), then the broker's
+    part of it and the rest."""
+    out = [
+        "\nCPU microseconds a row, whole query: the machine / of it the broker / the rest",
+        "| Spark | writer | " + " | ".join(cells) + " |",
+        "|---|---|" + "---|" * len(cells),
+    ]
+    writers = sorted({key for (_, _, key) in costs})
+    for tag in tags:
+        for key in writers:
+            row = []
+            for cell in cells:
+                rounds = costs.get((tag, cell, key), [])
+                machine, broker = [m for m, _ in rounds], [b for _, b in rounds]
+                rest = [m - b for m, b in rounds]
+                parts = (figure(machine, 1), figure(broker, 1), figure(rest, 1))
+                row.append(" / ".join(parts) if rounds else "")
+            if any(row):
+                out.append(f"| {tag} | {key} | " + " | ".join(row) + " |")
+    return out
 
 
 def memory_table(tag: str, peaks: dict[str, dict[int, int]]) -> list[str]:

@@ -48,12 +48,14 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import commit_overhead
-from bench_report import Rates, memory_table, rate_table, ratio_chart, ratio_table
+from bench_report import Costs, Rates, cpu_table, memory_table, rate_table, ratio_chart, ratio_table
 from bench_rows import LOG12_DDL, PARTITION_BY, VARIANTS, Data, make_data, produce_all
 
 from kafka_txn_sink import testing
@@ -141,6 +143,7 @@ class Bench:
     producer: dict[str, str]
     codec: str
     registry: str = ""  # the Schema Registry's URL, when a writer needs it
+    broker_pid: int | None = None  # to read the broker's CPU per query
     topics: dict[str, str] = field(default_factory=dict)
 
     def topic(self, name: str, partitions: int) -> str:
@@ -215,9 +218,13 @@ class Bench:
 
 
 def run_app(
-    line: Line, queries: list[dict[str, Any]], env: dict[str, str] | None = None
-) -> dict[str, list[list[int]]]:
-    """Run `queries` in one Spark application of `line`; each query's batches by its name."""
+    line: Line,
+    queries: list[dict[str, Any]],
+    env: dict[str, str] | None = None,
+    broker_pid: int | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Run `queries` in one Spark application of `line`; what bench_job printed of each query
+    (its batches and its CPU) by its name."""
     full_env = {
         **os.environ,
         **line.env,
@@ -230,7 +237,7 @@ def run_app(
         [
             line.python,
             str(BENCHMARKS / "bench_job.py"),
-            json.dumps({"jars": line.jars, "queries": queries}),
+            json.dumps({"jars": line.jars, "queries": queries, "broker_pid": broker_pid}),
         ],
         capture_output=True,
         text=True,
@@ -241,7 +248,7 @@ def run_app(
     found = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
     if done.returncode != 0 or len(found) != len(queries):
         raise RuntimeError(f"Spark {line.tag} application failed:\n{done.stderr[-4000:]}")
-    return {body["name"]: body["batches"] for body in found}
+    return {body["name"]: body for body in found}
 
 
 def rows_per_s(batches: list[list[int]]) -> float:
@@ -283,12 +290,13 @@ def preload(bench: Bench, variants: list[str], shapes: list[str], rows: int) -> 
 
 def run_rounds(
     bench: Bench, lines: list[Line], cells: list[Cell], writers: list[str], rounds: int
-) -> Rates:
+) -> tuple[Rates, Costs]:
     """One application per line runs every round in turn: each writer on each cell, in an
     order that rotates from round to round. The first round warms up the application's JVM
     and Python workers (a cold first query runs at a third of its warm rate) and is left out
-    of the figures when there are more."""
+    of the figures when there are more. Also each query's CPU per row (machine, broker)."""
     rates: Rates = {}
+    costs: Costs = {}
     for line in lines:
         queries = [
             bench.query(k, cell, line.tag, round_no)
@@ -298,16 +306,24 @@ def run_rounds(
             if runs_on(k, line.tag) and cell.variant in WRITERS[k].variants
         ]
         started = time.monotonic()
-        for name, batches in run_app(line, queries).items():
+        for name, body in run_app(line, queries, broker_pid=bench.broker_pid).items():
             line_tag, cell_key, key, _ = name.split("|")
+            batches, cpu = body["batches"], body["cpu"]
             rates.setdefault((line_tag, cell_key, key), []).append(rows_per_s(batches))
-            print(f"  {name:<40} {rows_per_s(batches):>10,.0f} rows/s {batches}", flush=True)
+            rows = sum(b[0] for b in batches) or 1
+            per_row = (cpu["busy_s"] * 1e6 / rows, cpu["broker_s"] * 1e6 / rows)
+            costs.setdefault((line_tag, cell_key, key), []).append(per_row)
+            print(
+                f"  {name:<40} {rows_per_s(batches):>10,.0f} rows/s {batches}; CPU "
+                f"{cpu['busy_s']:.1f} s (broker {cpu['broker_s']:.1f}) in {cpu['wall_s']:.1f} s",
+                flush=True,
+            )
         print(
             f"Spark {line.tag}: {rounds} round(s), {len(queries)} queries in "
             f"{time.monotonic() - started:.0f} s",
             flush=True,
         )
-    return rates
+    return rates, costs
 
 
 def runs_on(key: str, tag: str) -> bool:
@@ -409,33 +425,63 @@ def main() -> int:
     options = parse_args()
     with tempfile.TemporaryDirectory(prefix="kts-bench-") as tmp:
         work = Path(tmp)
-        with testing.kafka_bootstrap(work) as bootstrap, testing.s3_endpoint(work) as s3:
+        with broker(work) as (bootstrap, pid), testing.s3_endpoint(work) as s3:
             if "records_avro" not in options.writers.split(","):
-                return run(options, work, bootstrap, s3, "")
+                return run(options, work, (bootstrap, pid), s3, "")
             with testing.SchemaRegistry(work / "registry") as registry:
-                return run(options, work, bootstrap, s3, registry.url)
+                return run(options, work, (bootstrap, pid), s3, registry.url)
 
 
-def run(options: argparse.Namespace, work: Path, bootstrap: str, s3: str, registry: str) -> int:
+@contextmanager
+def broker(work: Path) -> Iterator[tuple[str, int | None]]:
+    """The test bed's broker (`KTS_KAFKA_BOOTSTRAP`, its pid from `KTS_KAFKA_PID`) or one of
+    ours: its bootstrap and pid."""
+    if os.environ.get("KTS_KAFKA_BOOTSTRAP"):
+        pid = os.environ.get("KTS_KAFKA_PID")
+        yield os.environ["KTS_KAFKA_BOOTSTRAP"], int(pid) if pid else None
+        return
+    ours = testing.KafkaBroker(work / "broker")
+    bootstrap = ours.start()
+    try:
+        yield bootstrap, ours.pid
+    finally:
+        ours.stop()
+
+
+def run(
+    options: argparse.Namespace,
+    work: Path,
+    kafka: tuple[str, int | None],
+    s3: str,
+    registry: str,
+) -> int:
     """The whole run: inputs, rounds, memory, commit overhead, then the tables."""
     began = time.monotonic()
     lines = spark_lines(options)
     producer = SHARED_PRODUCER if options.shared_producer else {}
     bucket = testing.create_bucket(s3)
-    bench = Bench(bootstrap, s3, bucket, work, dict(producer), options.avro_codec, registry)
+    bootstrap, broker_pid = kafka
+    bench = Bench(
+        bootstrap, s3, bucket, work, dict(producer), options.avro_codec, registry, broker_pid
+    )
     writers = [w for w in options.writers.split(",") if w]
     unknown = set(writers) - set(WRITERS)
     if unknown:
         raise SystemExit(f"unknown writers {sorted(unknown)}; known: {', '.join(WRITERS)}")
     cells = preload(bench, options.variants.split(","), options.shapes.split(","), options.rows)
-    rates = run_rounds(bench, lines, cells, writers, options.rounds)
+    rates, costs = run_rounds(bench, lines, cells, writers, options.rounds)
     measured = lines if options.memory_rows else []
     memories = {line.tag: memory(bench, line, options.memory_rows) for line in measured}
     commits = [
-        commit_overhead.measure(bootstrap, work, n, commit_overhead.DEFAULT_ROUNDS.get(n, 20))
+        result
         for n in (int(t) for t in options.commit_tasks.split(",") if t)
+        for result in commit_overhead.measure(
+            bootstrap, work, n, commit_overhead.DEFAULT_ROUNDS.get(n, 20)
+        )
     ]
     print("\n".join(report(options, lines, cells, writers, rates)))
+    if bench.broker_pid:
+        print("\n".join(cpu_table(costs, [line.tag for line in lines], [c.key for c in cells])))
     if options.chart:
         tags, keys = [line.tag for line in lines], [cell.key for cell in cells]
         ratio_chart(rates, tags, keys, options.chart)
