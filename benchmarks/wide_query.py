@@ -2,16 +2,17 @@
 
     .venv/bin/python benchmarks/wide_query.py                          # 1,024 partitions
     .venv/bin/python benchmarks/wide_query.py --partitions 256 --rows 25600 --batches 2
+    .venv/bin/python benchmarks/wide_query.py --batches 2 --commit-timeout-ms 120000
 
-Starts a 3-node cluster (every topic replicated to all three, as the test bed's cluster does),
-writes `--rows` rows round-robin into an input topic of `--partitions` partitions, and runs one
-kafka_txn records query over it (availableNow, `--batches` batches, each touching every
-partition, so each batch has one task per partition and as many participants) into an output
-topic of the same width. Prints, per batch, rows and Spark's `triggerExecution`; the sink's
-driver phases from its failpoints (each set to `signal`); the peak memory of Spark's Python
-commit worker, where the sink's driver side runs; the transactional ids the brokers hold for the
-sink afterwards, by state; and what a read_committed consumer sees of the output (every row
-once, or the run fails).
+Starts a 3-node cluster (every topic replicated to all three, as the test bed's cluster does; 50
+transaction-state partitions, Kafka's default, so the transactions spread over the three
+coordinators), writes `--rows` rows round-robin into an input topic of `--partitions` partitions,
+and runs one kafka_txn records query over it (availableNow, `--batches` batches, each touching
+every partition, so each batch has one task per partition and as many participants) into an output
+topic of the same width. Prints, per batch, rows and Spark's `triggerExecution`; the sink's driver
+phases from its failpoints (each set to `signal`); the peak memory of Spark's Python commit worker,
+where the sink's driver side runs; the transactional ids the brokers hold for the sink afterwards,
+by state; and what a read_committed consumer sees of the output (every row once, or the run fails).
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ def run_query(
             "topic": output,
             "sinkId": sink_id,
             "commitLog": str(work / "log"),
+            "commitTimeoutMs": str(options.commit_timeout_ms),
         },
         "timeout_s": options.timeout,
     }
@@ -149,10 +151,13 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=102_400)
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=1800, help="the query's, in seconds")
+    parser.add_argument(
+        "--commit-timeout-ms", type=int, default=30_000, help="the sink's commitTimeoutMs"
+    )
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kts-wide-") as tmp:
         work = Path(tmp)
-        cluster = KafkaCluster(work / "kafka", nodes=3)
+        cluster = KafkaCluster(work / "kafka", nodes=3, transaction_state_partitions=50)
         bootstrap = cluster.start()
         try:
             name = uuid.uuid4().hex[:6]
