@@ -225,7 +225,7 @@ def one_batch(
         _write_offsets(sink.checkpoint, batch_id, topic)
     started = time.perf_counter()
     writer = sink.source.streamWriter(SCHEMA, False)
-    txn_admin.MAX_END_TXN_CLIENTS = sink.endtxn_clients
+    txn_admin.MAX_END_TXN_CLIENTS = sink.endtxn_clients  # set again before every commit()
     planned = time.perf_counter()
     profiled = sink.profile is not None and batch_id > WARMUP_ROUNDS
     if profiled:
@@ -295,6 +295,8 @@ def main() -> int:
         "--profile", action="store_true", help="print where commit() spends its time (cProfile)"
     )
     options = parser.parse_args()
+    if options.endtxn_clients and options.consumer_group:
+        parser.error("--endtxn-clients and --consumer-group each pick the sinks: give one")
     with tempfile.TemporaryDirectory() as tmp, brokers(Path(tmp), options.nodes) as found:
         bootstrap, cluster = found
         results = [

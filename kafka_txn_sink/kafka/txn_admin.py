@@ -54,16 +54,21 @@ MAX_IN_FLIGHT = 256
 # 701 ms on eight (docs/performance.md).
 END_TXN_PER_CLIENT = 128
 MAX_END_TXN_CLIENTS = 8
+# A helper client that cannot connect this fast is left out: the round goes on with fewer, and
+# its deadline (set before) bounds the whole round as it does with one client.
+HELPER_CONNECT_MS = 5_000
 
 
-def admin_settings(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> dict[str, Any]:
+def admin_settings(
+    bootstrap: str, kafka: Mapping[str, str], timeout_ms: int, connect_ms: int | None = None
+) -> dict[str, Any]:
     """kafka-python admin settings from the sink's librdkafka-style `kafka.*` settings (checked
     with `security.check_driver_support` when the options were read)."""
     settings: dict[str, Any] = {
         "bootstrap_servers": bootstrap,
         "client_id": "kafka-txn-sink-driver",
         "request_timeout_ms": timeout_ms,
-        "bootstrap_timeout_ms": timeout_ms,
+        "bootstrap_timeout_ms": timeout_ms if connect_ms is None else connect_ms,
         "reconnect_backoff_max_ms": 1000,
         # kafka-python's default of 5 makes every further request fail at once with "node
         # paused", so EndTxn for more than 5 participants crawled through retries and backoff
@@ -77,13 +82,25 @@ def admin_settings(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) ->
 class TxnAdmin:
     """A driver-side client of the transaction coordinators. Close it when done."""
 
-    def __init__(self, bootstrap: str, kafka: Mapping[str, str], timeout_ms: int = 30_000):
+    def __init__(
+        self,
+        bootstrap: str,
+        kafka: Mapping[str, str],
+        timeout_ms: int = 30_000,
+        connect_ms: int | None = None,
+    ):
+        """`timeout_ms` bounds each request; `connect_ms` the first connection (default: the
+        same)."""
         self._bootstrap = bootstrap
         self._timeout_ms = timeout_ms
         self._kafka = dict(kafka)
         self._helpers: list[TxnAdmin] = []  # more clients for large EndTxn rounds
+        self._helpers_lock = threading.Lock()
+        self._helper_failed = False  # once one could not connect, rounds use what there is
         try:
-            self._admin = KafkaAdminClient(**admin_settings(bootstrap, kafka, timeout_ms))
+            self._admin = KafkaAdminClient(
+                **admin_settings(bootstrap, kafka, timeout_ms, connect_ms)
+            )
         except kafka_errors.KafkaError as exc:
             raise KafkaUnavailableError(
                 f"cannot reach Kafka at kafka.bootstrap.servers={bootstrap}: {exc}"
@@ -97,7 +114,9 @@ class TxnAdmin:
 
     def close(self) -> None:
         """Close the connections (best effort)."""
-        for helper in self._helpers:
+        with self._helpers_lock:
+            helpers, self._helpers = self._helpers, []
+        for helper in helpers:
             helper.close()
         try:
             self._admin.close()
@@ -125,19 +144,11 @@ class TxnAdmin:
             return []
         deadline = time.monotonic() + deadline_s
         ids = [t.transactional_id for t in wanted]
-        clients = self._end_txn_clients(len(wanted))
+        clients = self._end_txn_clients(len(wanted), deadline)
         if len(clients) == 1:
             results = self._end_on_this_client(wanted, commit, deadline, ids)
         else:
-            parts = [wanted[i :: len(clients)] for i in range(len(clients))]
-            with ThreadPoolExecutor(len(clients), thread_name_prefix="endtxn") as pool:
-                futures = [
-                    pool.submit(client._end_on_this_client, part, commit, deadline, ids)
-                    for client, part in zip(clients, parts, strict=True)
-                ]
-            answered = [future.result() for future in futures]
-            # Back in the order asked: triple i went to client i % n as its (i // n)-th.
-            results = [answered[i % len(clients)][i // len(clients)] for i in range(len(wanted))]
+            results = _end_split(clients, wanted, commit, deadline, ids)
         for result in results:
             # Refused, the EndTxn did nothing: that is no question of the transaction's fate.
             if result.error == kafka_errors.TransactionalIdAuthorizationFailedError.__name__:
@@ -146,12 +157,21 @@ class TxnAdmin:
                 )
         return results
 
-    def _end_txn_clients(self, count: int) -> list[TxnAdmin]:
+    def _end_txn_clients(self, count: int, deadline: float) -> list[TxnAdmin]:
         """This client and as many helpers as `count` EndTxns take (made once, then kept)."""
         wanted = min(MAX_END_TXN_CLIENTS, -(-count // END_TXN_PER_CLIENT))
-        with self._lock:
-            while len(self._helpers) < wanted - 1:
-                self._helpers.append(TxnAdmin(self._bootstrap, self._kafka, self._timeout_ms))
+        with self._helpers_lock:
+            while len(self._helpers) < wanted - 1 and not self._helper_failed:
+                connect_ms = min(HELPER_CONNECT_MS, int((deadline - time.monotonic()) * 1000))
+                if connect_ms < 100:  # no time left to connect: this round goes with fewer
+                    break
+                try:
+                    helper = TxnAdmin(self._bootstrap, self._kafka, self._timeout_ms, connect_ms)
+                except KafkaTxnSinkError as exc:
+                    log.warning("EndTxn goes over %d client(s): %s", len(self._helpers) + 1, exc)
+                    self._helper_failed = True
+                    break
+                self._helpers.append(helper)
             return [self, *self._helpers[: wanted - 1]]
 
     def _end_on_this_client(
@@ -364,6 +384,27 @@ class TxnAdmin:
 
     def _remaining_ms(self, deadline: float) -> int:
         return max(100, min(self._timeout_ms, int((deadline - time.monotonic()) * 1000)))
+
+
+def _end_split(
+    clients: list[TxnAdmin], wanted: list[Triple], commit: bool, deadline: float,
+    ids: Sequence[str],
+) -> list[EndTxnResult]:
+    """EndTxn for `wanted` split over `clients`, each in its own thread; the results in the
+    order of `wanted`. When a part raises, every part has ended first, and a refusal (a
+    permission named) is raised before other failures."""
+    parts = [wanted[i :: len(clients)] for i in range(len(clients))]
+    with ThreadPoolExecutor(len(clients), thread_name_prefix="endtxn") as pool:
+        futures = [
+            pool.submit(client._end_on_this_client, part, commit, deadline, ids)
+            for client, part in zip(clients, parts, strict=True)
+        ]
+    failures = [exc for exc in (future.exception() for future in futures) if exc is not None]
+    if failures:
+        raise next((e for e in failures if not isinstance(e, KafkaUnavailableError)), failures[0])
+    answered = [future.result() for future in futures]
+    # Triple i went to client i % n as its (i // n)-th.
+    return [answered[i % len(clients)][i // len(clients)] for i in range(len(wanted))]
 
 
 _COORDINATOR_MOVED = (

@@ -7,6 +7,7 @@ as a Spark task does; the test process then completes it as the driver does.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import uuid
@@ -184,9 +185,9 @@ def test_one_call_commits_every_good_triple_and_names_each_wrong_one(
 
     with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
         results = txn_admin.end_transactions(asked, commit=True, deadline_s=30)
+        helpers = len(txn_admin._helpers)  # made only when a round is split over clients
         states = txn_admin.describe([t.transactional_id for t in left_open])
         txn_admin.end_transactions(left_open, commit=False, deadline_s=30)
-        clients = len(txn_admin._end_txn_clients(len(asked)))
 
     assert [r.triple for r in results] == asked
     assert [r.error for r in results if r.triple in good] == [None] * 12
@@ -195,7 +196,29 @@ def test_one_call_commits_every_good_triple_and_names_each_wrong_one(
     assert {s.state for s in states.values()} == {ONGOING}
     seen = [r.value for r in read_topic(kafka_bootstrap, topic)]
     assert len(seen) == len(set(seen)) == 36
-    assert clients == -(-len(asked) // per_client)
+    assert helpers == -(-len(asked) // per_client) - 1
+
+
+def test_a_helper_that_cannot_connect_leaves_the_round_to_the_clients_there_are(
+    kafka_bootstrap: str, topic: str, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(txn_admin_module, "END_TXN_PER_CLIENT", 2)
+    triples = [prepared_here(kafka_bootstrap, topic, rows=1) for _ in range(6)]
+
+    def unreachable(*_: object) -> TxnAdmin:
+        raise KafkaUnavailableError("cannot reach Kafka at kafka.bootstrap.servers=(test)")
+
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        monkeypatch.setattr(txn_admin_module, "TxnAdmin", unreachable)
+        with caplog.at_level(logging.WARNING, logger=txn_admin_module.__name__):
+            results = txn_admin.end_transactions(triples, commit=True, deadline_s=30)
+
+    assert [r.triple for r in results] == triples
+    assert [r.error for r in results] == [None] * 6
+    assert "EndTxn goes over 1 client(s): cannot reach Kafka" in caplog.text
+    seen = [r.value for r in read_topic(kafka_bootstrap, topic)]
+    assert len(seen) == len(set(seen)) == 6
 
 
 def test_fenced_by_a_new_producer_then_commit_fails(kafka_bootstrap: str, topic: str) -> None:
