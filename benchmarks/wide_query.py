@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/wide_query.py                          # 1,024 partitions
     .venv/bin/python benchmarks/wide_query.py --partitions 256 --rows 25600 --batches 2
-    .venv/bin/python benchmarks/wide_query.py --batches 2 --commit-timeout-ms 120000
+    .venv/bin/python benchmarks/wide_query.py --batches 2 --commit-timeout-ms 120000 \
+        --transaction-timeout-ms 3600000     # for a machine where a batch takes many minutes
 
 Starts a 3-node cluster (every topic replicated to all three, as the test bed's cluster does; 50
 transaction-state partitions, Kafka's default, so the transactions spread over the three
@@ -114,6 +115,11 @@ def run_query(
             "sinkId": sink_id,
             "commitLog": str(work / "log"),
             "commitTimeoutMs": str(options.commit_timeout_ms),
+            **(
+                {"transactionTimeoutMs": str(options.transaction_timeout_ms)}
+                if options.transaction_timeout_ms
+                else {}
+            ),
         },
         "timeout_s": options.timeout,
     }
@@ -154,10 +160,22 @@ def main() -> int:
     parser.add_argument(
         "--commit-timeout-ms", type=int, default=30_000, help="the sink's commitTimeoutMs"
     )
+    parser.add_argument(
+        "--transaction-timeout-ms", type=int, default=0,
+        help="the sink's transactionTimeoutMs and the brokers' transaction.max.timeout.ms "
+        "(0: the brokers' default, 900 s)",
+    )
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kts-wide-") as tmp:
         work = Path(tmp)
-        cluster = KafkaCluster(work / "kafka", nodes=3, transaction_state_partitions=50)
+        extra = (
+            {"transaction.max.timeout.ms": options.transaction_timeout_ms}
+            if options.transaction_timeout_ms
+            else {}
+        )
+        cluster = KafkaCluster(
+            work / "kafka", nodes=3, transaction_state_partitions=50, extra_config=extra
+        )
         bootstrap = cluster.start()
         try:
             name = uuid.uuid4().hex[:6]
