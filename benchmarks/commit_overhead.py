@@ -156,10 +156,7 @@ def measure(
     writes to `touched` partitions; `cluster`: the nodes behind `bootstrap`, when several;
     `endtxn_clients`: one plain sink per value, each allowed that many EndTxn clients."""
     topic = f"commit_bench_{uuid.uuid4().hex[:8]}"
-    if cluster is not None:
-        cluster.create_topic(topic, max(PARTITIONS, touched), timeout=300)
-    else:
-        create_topics(bootstrap, max(PARTITIONS, touched), topic)
+    new_topic(bootstrap, cluster, topic, max(PARTITIONS, touched))
     sinks = [new_sink(bootstrap, work, topic, tasks, False)]
     if group:
         sinks.append(new_sink(bootstrap, work, topic, tasks, True))
@@ -325,6 +322,14 @@ def brokers(work: Path, nodes: int) -> Iterator[tuple[str, KafkaCluster | None]]
         yield cluster.start(), cluster
     finally:
         cluster.stop()
+
+
+def new_topic(bootstrap: str, cluster: KafkaCluster | None, topic: str, partitions: int) -> None:
+    """`topic` on the broker, or replicated to every node of `cluster`."""
+    if cluster is not None:
+        cluster.create_topic(topic, partitions, timeout=300)
+    else:
+        create_topics(bootstrap, partitions, topic)
 
 
 def report(results: list[dict[str, Any]]) -> str:

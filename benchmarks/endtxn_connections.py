@@ -24,11 +24,10 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from commit_overhead import brokers, prepare_tasks
+from commit_overhead import brokers, new_topic, prepare_tasks
 
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.messages import Triple
-from tests.e2e.harness import create_topics
 
 
 def prepare(
@@ -62,10 +61,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, brokers(Path(tmp), options.nodes) as found:
         bootstrap, cluster = found
         topic = f"endtxn_{uuid.uuid4().hex[:8]}"
-        if cluster is not None:
-            cluster.create_topic(topic, 8, timeout=300)
-        else:
-            create_topics(bootstrap, 8, topic)
+        new_topic(bootstrap, cluster, topic, 8)
         admins = {n: [TxnAdmin(bootstrap, {}) for _ in range(n)] for n in options.connections}
         with ThreadPoolExecutor(max_workers=16) as pool:
             for round_ in range(options.rounds + 1):  # the first warms every client up
