@@ -74,7 +74,11 @@ def prepare_tasks(
     tasks: int,
     pool: ThreadPoolExecutor,
     touched: int = 1,
+    first_partition: int = 0,
 ) -> list[TaskCommit]:
+    """`tasks` prepared transactions, as the tasks of Spark partitions `first_partition`... leave
+    them, and their messages."""
+
     def one(partition: int) -> TaskCommit:
         txn_id = transactional_id(sink_id, partition, slot=slot)
         config = producer_config(bootstrap, {}, txn_id, TXN_TIMEOUT_MS)
@@ -98,7 +102,7 @@ def prepare_tasks(
             prepared_at_ms=prepared.prepared_at_ms,
         )
 
-    return list(pool.map(one, range(tasks)))
+    return list(pool.map(one, range(first_partition, first_partition + tasks)))
 
 
 def percentile(values: list[float], q: float) -> float:
