@@ -50,6 +50,7 @@ from kafka_txn_sink.datasource import KafkaTxnDataSource
 from kafka_txn_sink.kafka import txn_admin
 from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
+from kafka_txn_sink.protocol.recover import known_ids
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.testing.kafka_cluster import KafkaCluster
@@ -76,8 +77,8 @@ def prepare_tasks(
     touched: int = 1,
     first_partition: int = 0,
 ) -> list[TaskCommit]:
-    """`tasks` prepared transactions, as the tasks of Spark partitions `first_partition`... leave
-    them, and their messages."""
+    """The messages of `tasks` transactions prepared as the tasks of Spark partitions
+    `first_partition` onwards leave them."""
 
     def one(partition: int) -> TaskCommit:
         txn_id = transactional_id(sink_id, partition, slot=slot)
@@ -210,8 +211,7 @@ def traced_commit(
 def ids_held(bootstrap: str, sink_id: str) -> dict[str, int]:
     """How many of the sink's transactional ids the brokers hold, by state."""
     with TxnAdmin(bootstrap, {}) as admin:
-        ids = [i for i in admin.list_ids() if i.startswith(sink_id)]
-        states = admin.describe(ids)
+        states = admin.describe(known_ids(sink_id, admin))
     return dict(Counter(state.state for state in states.values()))
 
 

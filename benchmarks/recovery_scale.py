@@ -90,6 +90,10 @@ class Timer:
         return self.ms[-1], self.results[-1]
 
 
+CLEANUP = Timer(decide, "clean_up")
+ROLL_FORWARD = Timer(start, "roll_forward")
+
+
 class Round:
     """The steps of one size, their times, and the batches a reader must see."""
 
@@ -99,7 +103,6 @@ class Round:
         self.batch = 0
         self.committed = 0  # batches whose N records a reader must see
         self.times: dict[str, list[float]] = {step: [] for step in STEPS}
-        self.cleanup, self.roll = CLEANUP, ROLL_FORWARD
 
     def prepare(self, pool: ThreadPoolExecutor, first_partition: int = 0) -> list[Any]:
         sink = self.sink
@@ -121,16 +124,16 @@ class Round:
 
     def run(self, pool: ThreadPoolExecutor, measured: bool) -> None:
         n = self.tasks
-        cleaned_before = len(self.cleanup.ms)
+        cleaned_before = len(CLEANUP.ms)
         plain = self.commit(self.prepare(pool))
-        _expect(len(self.cleanup.ms) == cleaned_before, "the plain commit() ran no clean-up")
+        _expect(len(CLEANUP.ms) == cleaned_before, "the plain commit() ran no clean-up")
         with_cleanup = self.commit(self.prepare(pool), cleanup_due=True)
-        found_ms, found = self.cleanup.last()
-        _expect(len(self.cleanup.ms) == cleaned_before + 1 and not found,
+        found_ms, found = CLEANUP.last()
+        _expect(len(CLEANUP.ms) == cleaned_before + 1 and not found,
                 f"the due clean-up ran once and found nothing: {found}")  # fmt: skip
         self.prepare(pool, first_partition=n)  # N strays, left open
         self.commit(self.prepare(pool), cleanup_due=True)
-        strays_ms, strays = self.cleanup.last()
+        strays_ms, strays = CLEANUP.last()
         _expect(len(strays) == n, f"the clean-up aborted {len(strays)} strays, not {n}")
         aborted_ms = self.abort(self.prepare(pool))
         self.commit(self.prepare(pool))  # Spark runs the aborted batch again
@@ -161,12 +164,12 @@ class Round:
         finally:
             for name in armed:
                 os.environ.pop(name, None)
-        rolled = len(self.roll.ms)
+        rolled = len(ROLL_FORWARD.ms)
         began = time.perf_counter()
         writer = self.sink.source.streamWriter(SCHEMA, False)
         writer_ms = (time.perf_counter() - began) * 1000
-        roll_ms, completions = self.roll.last()
-        whole = len(self.roll.ms) == rolled + 1 and len(completions) == 1
+        roll_ms, completions = ROLL_FORWARD.last()
+        whole = len(ROLL_FORWARD.ms) == rolled + 1 and len(completions) == 1
         _expect(whole and not completions[0].lost, f"one batch rolled forward: {completions}")
         return writer_ms, roll_ms, self.commit(messages)
 
@@ -178,10 +181,6 @@ class Round:
         held = ids_held(self.bootstrap, self.sink.sink_id)
         _expect("Ongoing" not in held, f"open transactions left: {held}")
         return f"{len(seen)} records of {self.committed} batches; ids held {held}"
-
-
-CLEANUP = Timer(decide, "clean_up")
-ROLL_FORWARD = Timer(start, "roll_forward")
 
 
 def _expect(condition: bool, what: str) -> None:
