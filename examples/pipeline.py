@@ -38,6 +38,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--max-offsets", type=int, default=1000, help="maxOffsetsPerTrigger")
     parser.add_argument("--partitions", type=int, default=0, help="repartition to this many")
+    parser.add_argument(
+        "--repartition-by", default="", help="columns (comma-separated) --partitions hashes"
+    )
+    parser.add_argument(
+        "--deduplicate",
+        action="store_true",
+        help="a stateful operator before the sink: streaming deduplication by key",
+    )
+    parser.add_argument(
+        "--partition-by-task",
+        action="store_true",
+        help="write each Spark task's rows to the output partition of its number",
+    )
     parser.add_argument("--master", default="local[2,4]")
     parser.add_argument("--jars", default=os.environ.get("KTS_SPARK_JARS", ""))
     parser.add_argument("--option", action="append", default=[], help="extra sink option k=v")
@@ -89,9 +102,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         import kafka_txn_sink
 
         kafka_txn_sink.register(spark)
-    source = read_source(spark, args).selectExpr(*(args.select or ["key", "value"]))
-    if args.partitions:
-        source = source.repartition(args.partitions)
+    source = shaped(read_source(spark, args).selectExpr(*(args.select or ["key", "value"])), args)
     writer = (
         source.writeStream.format("kafka_txn")
         .option("kafka.bootstrap.servers", args.bootstrap)
@@ -120,6 +131,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "writer": None if args.remote else local_writer(),
         "sink_imported": sink_imported,
     }
+
+
+def shaped(source: Any, args: argparse.Namespace) -> Any:
+    """The source with the query's shape before the sink: a repartition (by columns, or round
+    robin), a deduplication, the task's number as the output partition."""
+    if args.partitions:
+        columns = [c for c in args.repartition_by.split(",") if c]
+        source = source.repartition(args.partitions, *columns)
+    if args.deduplicate:
+        source = source.dropDuplicates(["key"])
+    if args.partition_by_task:
+        source = source.selectExpr("*", "spark_partition_id() AS partition")
+    return source
 
 
 def local_writer() -> str:

@@ -5,25 +5,42 @@ aborted; it takes a replayed task's transaction for that only when the replay pr
 records. Spark's Kafka source does not keep a batch's partition indexes on a replay, so the
 driver matches by records, not by index: by this digest.
 
-`DigestingTransaction` sits between records mode and the task's transaction and folds every
-record into CRC-32 streams: values, keys, their lengths (-1 for null), topics run-length
-encoded, partitions and headers. Each stream is a concatenation, so the digest does not depend
-on how the rows were grouped into calls (`send` or `send_many`, row or Arrow writer), only on
-the records and their order. It is a checksum, not a cryptographic hash: it tells a replay from
-other rows, not a forgery. File references (files mode) are produced past it.
+The digest is of the records as a multiset: their order does not enter it. A shuffle before the
+sink (`repartition(n, key)`, an aggregation, a join) hands a replayed reduce task the same rows
+in another order whenever the map outputs are fetched in another order, and that replay must
+still match. Nor does it depend on how rows were grouped into calls (`send` or `send_many`, the
+row or the Arrow writer).
+
+Each record hashes to 128 bits with XXH3: its value, seeded with the 64-bit XXH3 of its key
+under its topic's seed (a fixed mark for a null key; a null value hashes as an empty one under a
+flipped seed), and, when it has an explicit partition or headers, those folded into the seed as
+well. The digest is the record count and the sum of the records' hashes modulo 2^128, so the
+digest of several tasks' records together is the sum of theirs (`combine`). Two different
+multisets of records share a digest only when hashes collide: about 2^-128 for records that
+differ in their values, about 2^-64 for records that differ only outside their values (topic,
+key, null-ness, partition, headers go through the 64-bit seed). Both are far below the chance
+of undetected corruption under the brokers' own CRC-32C; the digest tells a replay from other
+rows, not a forgery (XXH3 is not a cryptographic hash). File references (files mode) are
+produced past it.
 """
 
 from __future__ import annotations
 
-import sys
-import zlib
-from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import repeat
+from typing import cast
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import xxhash
 
 from kafka_txn_sink.protocol.output import Headers, Transaction
+
+_hash128 = xxhash.xxh3_128_intdigest
+_hash64 = xxhash.xxh3_64_intdigest
+
+_MODULUS = 1 << 128
+_MARK = "-m"  # between the count and the sum: earlier sink versions wrote CRCs after a "-"
+_NULL_KEY = 0x6B65_792D_6E75_6C6C  # the seed of a record without a key ("key-null")
+_NULL_VALUE = 0x7661_6C75_652D_6E75  # flips the seed of a record without a value
 
 
 class DigestingTransaction:
@@ -32,12 +49,8 @@ class DigestingTransaction:
     def __init__(self, txn: Transaction):
         self._txn = txn
         self._count = 0
-        self._crc = [0] * 6  # values, value lengths, keys, key lengths, topics, the rest
-        self._topic: str | None = None
-        self._run = 0  # records in a row sent to `_topic`, not yet folded
-        # Cells of records sent one by one, folded a group at a time (the digest is the same).
-        self._values: list[bytes | None] = []
-        self._keys: list[bytes | None] = []
+        self._sum = 0  # of the records' hashes, reduced modulo 2^128 when read
+        self._topic_seeds: dict[str, int] = {}
 
     def send(
         self,
@@ -49,78 +62,69 @@ class DigestingTransaction:
     ) -> None:
         """Produce one record into the transaction, and digest it."""
         self._txn.send(topic, value, key, partition, headers)
-        self._count_topic(topic, 1)
-        self._values.append(value)
-        self._keys.append(key)
+        seed = _key_seed(key, self._topic_seed(topic))
         if partition is not None or headers:
-            rest = repr((self._count - 1, partition, headers)).encode()
-            self._crc[5] = zlib.crc32(rest, self._crc[5])
-        if len(self._values) >= GROUP:
-            self._fold_pending()
+            seed = _hash64(repr((partition, headers)).encode(), seed)
+        self._count += 1
+        self._sum += _value_hash(value, seed)
 
     def send_many(
         self, topic: str, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None
     ) -> None:
         """Produce `values[i]` with `keys[i]` to `topic`, for every i, and digest them."""
         self._txn.send_many(topic, values, keys)
-        self._fold_pending()
-        self._count_topic(topic, len(values))
-        self._fold(values, keys if keys is not None else [None] * len(values))
+        self._count += len(values)
+        self._sum += sum_of_hashes(values, keys, self._topic_seed(topic))
 
     def digest(self) -> str:
-        """The digest of every record so far: their count, then the CRCs in hex."""
-        self._fold_pending()
-        crc = list(self._crc)
-        crc[4] = _fold_topic(crc[4], self._topic, self._run)
-        return f"{self._count}-" + "".join(f"{c:08x}" for c in crc)
+        """The digest of every record so far: their count, then 32 hex digits."""
+        return _format(self._count, self._sum)
 
-    def _count_topic(self, topic: str, records: int) -> None:
-        if topic != self._topic:
-            self._crc[4] = _fold_topic(self._crc[4], self._topic, self._run)
-            self._topic, self._run = topic, 0
-        self._run += records
-        self._count += records
-
-    def _fold_pending(self) -> None:
-        if self._values:
-            self._fold(self._values, self._keys)
-            self._values, self._keys = [], []
-
-    def _fold(self, values: Sequence[bytes | None], keys: Sequence[bytes | None]) -> None:
-        crc = self._crc
-        crc[0], crc[1] = _cells(values, crc[0], crc[1])
-        crc[2], crc[3] = _cells(keys, crc[2], crc[3])
+    def _topic_seed(self, topic: str) -> int:
+        seed = self._topic_seeds.get(topic)
+        if seed is None:
+            seed = self._topic_seeds[topic] = _hash64(topic.encode())
+        return seed
 
 
-# Records sent one by one are folded this many at a time.
-GROUP = 4096
+def combine(digests: Iterable[str]) -> str | None:
+    """The digest of the records of several digests together; None when one is not of this
+    kind (empty, or written by a sink version with another digest)."""
+    count = total = 0
+    for digest in digests:
+        records, mark, hashes = digest.partition(_MARK)
+        if not mark or not records.isdigit() or len(hashes) != 32:
+            return None
+        count += int(records)
+        total += int(hashes, 16)
+    return _format(count, total)
 
 
-def _cells(cells: Sequence[bytes | None], data_crc: int, lengths_crc: int) -> tuple[int, int]:
-    """The two CRCs with `cells` folded in: their bytes, and their lengths as 64-bit
-    little-endian integers (-1 for null). Through one Arrow array: its data buffer holds the
-    bytes back to back, and its lengths come from one C call (about half the time of joining
-    the bytes and mapping `len` in Python, measured). Large binary, so that a group of more
-    than 2 GiB stays one array."""
-    column = pa.array(cells, pa.large_binary())
-    if len(column) == 0:
-        return data_crc, lengths_crc
-    size = memoryview(column.buffers()[1]).cast("q")[len(column)]  # the last offset
-    data = column.buffers()[2]
-    if size and data is not None:
-        data_crc = zlib.crc32(memoryview(data)[:size], data_crc)
-    lengths = pc.binary_length(column)
-    if column.null_count:
-        lengths = pc.fill_null(lengths, -1)
-    raw = memoryview(lengths.buffers()[1])[: 8 * len(column)]
-    if sys.byteorder == "big":  # the digest is compared across machines
-        swapped = array("q", raw.tobytes())
-        swapped.byteswap()
-        return data_crc, zlib.crc32(swapped, lengths_crc)
-    return data_crc, zlib.crc32(raw, lengths_crc)
+def sum_of_hashes(
+    values: Sequence[bytes | None], keys: Sequence[bytes | None] | None, topic_seed: int
+) -> int:
+    """The sum of the hashes (not reduced) of the records `values[i]` with `keys[i]` to the
+    topic of `topic_seed`, none with a partition or headers. Without nulls, one C-level map per
+    column."""
+    seeds: Iterable[int]
+    if keys is None:
+        seeds = repeat(topic_seed ^ _NULL_KEY)
+    elif None in keys:
+        seeds = [_key_seed(key, topic_seed) for key in keys]
+    else:
+        seeds = map(_hash64, cast("Sequence[bytes]", keys), repeat(topic_seed))
+    if None in values:
+        return sum(map(_value_hash, values, seeds))
+    return sum(map(_hash128, cast("Sequence[bytes]", values), seeds))
 
 
-def _fold_topic(crc: int, topic: str | None, run: int) -> int:
-    if topic is None or run == 0:
-        return crc
-    return zlib.crc32(f"{topic}\0{run}\0".encode(), crc)
+def _format(count: int, total: int) -> str:
+    return f"{count}{_MARK}{total % _MODULUS:032x}"
+
+
+def _key_seed(key: bytes | None, topic_seed: int) -> int:
+    return topic_seed ^ _NULL_KEY if key is None else _hash64(key, topic_seed)
+
+
+def _value_hash(value: bytes | None, seed: int) -> int:
+    return _hash128(b"", seed ^ _NULL_VALUE) if value is None else _hash128(value, seed)

@@ -61,6 +61,7 @@ class Pipeline:
     remote: str = ""  # a Spark Connect server's URL: `python` is its client, the query runs there
     register: bool = False  # kafka_txn_sink.register(spark) before the query
     input_bootstrap: str = ""  # the input topic's cluster, when not the output's
+    shape: list[str] = field(default_factory=list)  # pipeline.py's flags of the query's shape
 
     @property
     def commit_log(self) -> Path:
@@ -113,6 +114,7 @@ class Pipeline:
             args.append("--register")
         if self.input_bootstrap:
             args += ["--input-bootstrap", self.input_bootstrap]
+        args += self.shape
         env = {
             **os.environ,
             "PYSPARK_PYTHON": self.python,
