@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
+from kafka_txn_sink.commit_worker import building_for_commit
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.group_options import CONSUMER_GROUP
 from kafka_txn_sink.options import WRITE_ID, SinkOptions, parse_options
@@ -56,6 +57,8 @@ class KafkaTxnDataSource(DataSource):
                 f"option {WRITE_ID} is for batch writes (df.write) only; a streaming query's "
                 f"batches are identified by its checkpoint: remove it"
             )
+        if building_for_commit():
+            return stream_writer_class()(_commit_plan(options, schema))
         return stream_writer_class()(_plan(options, schema, start_batch))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -124,6 +127,21 @@ def _plan(
         write=started.write,
         repair=started.repair,
         encodings=encodings,
+    )
+
+
+def _commit_plan(options: SinkOptions, schema: StructType) -> TaskPlan:
+    """The plan of the writer Spark builds again to run a batch's commit() or abort(), which
+    use only its options and run: no registry, no consumer-group check (commit_worker.py)."""
+    started = start_batch(options, for_commit=True)
+    return TaskPlan(
+        options=started.options,
+        columns=None,
+        files_plan=None,
+        log_query_id=started.log_query_id,
+        last_decided=started.last_decided,
+        run=started.run,
+        repair=started.repair,
     )
 
 

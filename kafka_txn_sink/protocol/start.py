@@ -78,8 +78,10 @@ class BatchStart:
     repair: RepairPlan | None = None  # what a replay of the latest decided batch writes again
 
 
-def start_batch(options: SinkOptions) -> BatchStart:
-    """Check, recover and read the log before a batch (the steps in this module's docstring).
+def start_batch(options: SinkOptions, for_commit: bool = False) -> BatchStart:
+    """Check, recover and read the log before a batch (the steps in this module's docstring);
+    `for_commit`: for the writer of a batch's commit() or abort(), without the consumer
+    group's member check (kafka_txn_sink/commit_worker.py).
 
     Raises:
         ConfigError: an option does not fit the cluster or the log, or the log holds batch
@@ -89,7 +91,8 @@ def start_batch(options: SinkOptions) -> BatchStart:
     """
     options = _fit_to_cluster(options)
     with driver_session(options) as session:
-        check_progress_start(options, session.cluster)
+        if not for_commit:
+            check_progress_start(options, session.cluster)
         latest, run = _claim_and_recover(session)
         _check_use(options, latest, batch_write=False)
         repair = plan_repair(session.commit_log, latest, session.settler)
