@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.kafka.security import translate_jaas
+from kafka_txn_sink.kafka.security import option_settings
 from kafka_txn_sink.option import Option
-from kafka_txn_sink.redaction import mask_in_logs
 
 CONSUMER_GROUP = Option(
     "consumerGroup",
@@ -37,6 +36,7 @@ GROUP_KAFKA = Option(
 )
 GROUP_OPTIONS = (CONSUMER_GROUP, GROUP_KAFKA)
 GROUP_KAFKA_PREFIX = "consumergroup.kafka."  # options arrive by lower-case name
+_GROUP_KAFKA_NAME = "consumerGroup.kafka."  # as users write it, for messages
 # What progress_across.py sets for its transaction there.
 _OWNED = frozenset({"transactional.id", "enable.idempotence", "acks", "transaction.timeout.ms",
                     "group.id", "isolation.level"})
@@ -98,15 +98,18 @@ def parse_group_options(options: Mapping[str, str], *, records_mode: bool) -> Gr
 
 
 def _group_cluster(options: Mapping[str, str]) -> tuple[str, dict[str, str]]:
-    """The `consumerGroup.kafka.*` settings: the group's bootstrap servers and the rest."""
+    """The `consumerGroup.kafka.*` settings: the group's bootstrap servers and the rest, checked
+    as `kafka.*` is: the driver's kafka-python reads the group's offsets there too.
+
+    Raises:
+        ConfigError: see `security.client_settings`, or a setting the sink sets itself.
+    """
     raw = {
         key[len(GROUP_KAFKA_PREFIX) :]: str(value)
         for key, value in options.items()
         if key.startswith(GROUP_KAFKA_PREFIX)
     }
-    mask_in_logs(raw)
-    kafka = translate_jaas(raw)  # only librdkafka talks to this cluster: no kafka-python check
-    mask_in_logs(kafka)
+    kafka = option_settings(raw, _GROUP_KAFKA_NAME)
     owned = sorted(k for k in kafka if k.lower() in _OWNED)
     if owned:
         raise ConfigError(

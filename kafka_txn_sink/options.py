@@ -24,7 +24,7 @@ from kafka_txn_sink.group_options import (
     parse_group_options,
 )  # fmt: skip
 from kafka_txn_sink.kafka.producer import producer_config
-from kafka_txn_sink.kafka.security import client_settings
+from kafka_txn_sink.kafka.security import option_settings
 from kafka_txn_sink.option import Option, truthy
 from kafka_txn_sink.protocol.txn_ids import validate_sink_id
 from kafka_txn_sink.redaction import mask_in_logs, redact
@@ -369,7 +369,7 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
     originals = {str(k).lower(): str(k) for k in raw}
     mask_in_logs(options)
     _reject_forbidden(options)
-    kafka = client_settings(_kafka_settings(raw))
+    kafka = option_settings(_kafka_settings(raw))
     _reject_unknown(options, originals)
     log_timeout_ms = _bounded(options, COMMIT_LOG_TIMEOUT, 30_000)
     s3 = _s3_settings(options, log_timeout_ms)

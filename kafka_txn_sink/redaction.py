@@ -6,12 +6,18 @@ secret values it was given (`mask_in_logs`), and a log record factory masks them
 record before any handler sees it, as text and as the escaped forms `repr` gives: its message,
 its stack (`stack_info`) and its exception's traceback (`exc_info`, chained exceptions
 included).
+
+A URL may carry credentials in its user info (`https://user:password@host/`, which
+confluent-kafka's registry client takes as basic auth): whatever the setting's name, they are
+masked in logs, and `redact` and `scrubbed` show such a URL as `https://***@host/`.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,19 +39,51 @@ def is_secret(key: str) -> bool:
 
 
 def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy that is safe to log or put in an error message."""
-    return {k: (MASK if is_secret(k) else v) for k, v in settings.items()}
+    """A copy that is safe to log or put in an error message: secret settings masked, and the
+    user info of any URL in the others."""
+    return {
+        k: MASK if is_secret(k) else without_user_info(v) if isinstance(v, str) else v
+        for k, v in settings.items()
+    }
+
+
+def without_user_info(text: str) -> str:
+    """`text` with the user info of every URL in it masked: `https://***@host/`."""
+    return _USER_INFO.sub(lambda found: f"{found['scheme']}{MASK}@", text)
+
+
+def scrubbed(text: str) -> str:
+    """`text` safe for an error message: URLs' user info and every secret registered with
+    `mask_in_logs` masked (a library's exception text may quote either)."""
+    return _masked(without_user_info(text))
 
 
 def mask_in_logs(settings: Mapping[str, str]) -> None:
-    """Mask the value of each secret setting in every log record from now on (this process)."""
+    """Mask in every log record from now on (this process) the value of each secret setting,
+    and the credentials in any URL's user info in any setting's value."""
+    values = [v for k, v in settings.items() if is_secret(k)]
+    values += [secret for v in settings.values() for secret in _user_info_secrets(str(v))]
+    _register({form for v in values if len(v) >= MIN_SECRET_LENGTH for form in _forms(v)})
+
+
+# A URL's user info ends at the last "@" before its host; "," ends it too, as it separates the
+# URLs of a list (`schema.registry.url`).
+_USER_INFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/?#\s,]*)@")
+
+
+def _user_info_secrets(text: str) -> set[str]:
+    """The secrets in the user info of each URL in `text`: `user:password` and the password
+    (or a user info without a password, a token), as written and percent-decoded."""
+    found: set[str] = set()
+    for info in (m["info"] for m in _USER_INFO.finditer(text)):
+        _, colon, password = info.partition(":")
+        for written in (info, password) if colon else (info,):
+            found |= {written, urllib.parse.unquote(written)}
+    return found - {""}
+
+
+def _register(forms: set[str]) -> None:
     global _installed, _secrets
-    forms = {
-        form
-        for key, value in settings.items()
-        if is_secret(key) and len(value) >= MIN_SECRET_LENGTH
-        for form in _forms(value)
-    }
     with _lock:
         if forms <= set(_secrets):
             return

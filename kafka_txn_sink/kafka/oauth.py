@@ -5,6 +5,8 @@ The tasks' librdkafka fetches its own tokens from the same settings
 A token is reused until shortly before it expires; each request is bounded by a timeout.
 The endpoint must be https (`check_token_endpoint`), and a redirect is never followed:
 urllib would send the `Authorization` header, the client's credentials, on to its target.
+Each token fetched is masked in this process's logs: kafka-python logs the bytes of
+SaslAuthenticate, the token in them, at DEBUG.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
+import math
 import threading
 import time
 import urllib.error
@@ -22,6 +25,7 @@ from collections.abc import Mapping
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
 from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
+from kafka_txn_sink.redaction import mask_in_logs
 
 TOKEN_REQUEST_TIMEOUT_S = 10.0
 REFRESH_BEFORE_EXPIRY_S = 30.0
@@ -100,12 +104,11 @@ class ClientCredentialsTokenProvider(AbstractTokenProvider):
         form = {"grant_type": "client_credentials"}
         if self._scope:
             form["scope"] = self._scope
-        basic = base64.b64encode(f"{self._client_id}:{self._client_secret}".encode()).decode()
         request = urllib.request.Request(
             self._endpoint,
             data=urllib.parse.urlencode(form).encode(),
             headers={
-                "Authorization": f"Basic {basic}",
+                "Authorization": f"Basic {self._basic_credentials()}",
                 "Content-Type": "application/x-www-form-urlencoded",
                 "Accept": "application/json",
             },
@@ -127,7 +130,40 @@ class ClientCredentialsTokenProvider(AbstractTokenProvider):
         if not isinstance(token, str) or not token:
             raise KafkaUnavailableError("OAUTHBEARER: the token endpoint's answer has no "
                                         "access_token")
-        return token, float(body.get("expires_in") or DEFAULT_LIFETIME_S)
+        mask_in_logs({"access_token": token})
+        return token, _lifetime(body.get("expires_in"))
+
+    def _basic_credentials(self) -> str:
+        """RFC 6749 section 2.3.1: the id and the secret each form-urlencoded, then Basic."""
+        encoded = (urllib.parse.quote_plus(part) for part in (self._client_id, self._client_secret))
+        return base64.b64encode(":".join(encoded).encode()).decode()
+
+
+def _lifetime(expires_in: object) -> float:
+    """The token's lifetime in seconds from the answer's `expires_in` (optional).
+
+    Raises:
+        KafkaUnavailableError: it is there but not a positive number of seconds.
+    """
+    if expires_in is None:
+        return DEFAULT_LIFETIME_S
+    seconds = _number(expires_in)
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        raise KafkaUnavailableError(
+            "OAUTHBEARER: the token endpoint's answer has an expires_in that is not a positive "
+            f"number of seconds: {str(expires_in)[:40]!r}"
+        )
+    return seconds
+
+
+def _number(value: object) -> float | None:
+    """`value` as a number: a JSON number, or a string of one (some servers send those)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
 
 
 def _no_token(exc: Exception) -> KafkaUnavailableError:
@@ -138,9 +174,10 @@ def _no_token(exc: Exception) -> KafkaUnavailableError:
     )
 
 
-def check_token_endpoint(url: str) -> None:
+def check_token_endpoint(url: str, prefix: str = "kafka.") -> None:
     """Refuse an OAuth token endpoint that the client secret would reach in clear text:
     https anywhere, http only on this host's loopback address (a local token agent).
+    `prefix`: the settings' option prefix, for the message.
 
     Raises:
         ConfigError: names the option; never the URL, which may carry credentials.
@@ -150,7 +187,7 @@ def check_token_endpoint(url: str) -> None:
     if (scheme == "https" and host) or (scheme == "http" and _is_loopback(host)):
         return
     raise ConfigError(
-        f"option kafka.{TOKEN_ENDPOINT} must be an https:// URL: the client id and secret are "
+        f"option {prefix}{TOKEN_ENDPOINT} must be an https:// URL: the client id and secret are "
         "sent to it (http:// is accepted only for this host's loopback address)"
     )
 

@@ -8,12 +8,15 @@ kafka-python (its EndTxn client): `driver_settings` gives it the same identity, 
 `check_driver_support` refuses, by name, any security setting it could not honour, so that
 the driver never connects as somebody else, or not at all, after the tasks succeeded.
 
-Values are never put in an error message: they may be secrets.
+Values are never put in an error message: they may be secrets. The same holds for the consumer
+group's cluster (`consumerGroup.kafka.*`), whose offsets the driver reads with kafka-python:
+its messages name the options by that prefix (`prefix`).
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import re
 import shutil
@@ -27,6 +30,8 @@ from kafka_txn_sink.extras import require
 from kafka_txn_sink.redaction import mask_in_logs
 
 JAAS = "sasl.jaas.config"
+KAFKA_PREFIX = "kafka."
+log = logging.getLogger(__name__)
 
 _LOGIN_MODULES = {
     # Spark's Kafka connector on Databricks shades the client under `kafkashaded.`.
@@ -75,15 +80,16 @@ _PKCS12 = {"ssl.keystore.location", "ssl.keystore.password"}
 _HOSTNAME_CHECK = "ssl.endpoint.identification.algorithm"
 _SECURITY_PREFIXES = ("sasl.", "ssl.", "security.")
 
-# Settings users bring from Spark's Java-client sink that have a librdkafka equivalent.
+# Settings users bring from Spark's Java-client sink that have a librdkafka equivalent; "{p}"
+# is the options' prefix.
 _JAVA_ONLY = {
-    "ssl.truststore.location": "give the CA certificate as PEM: kafka.ssl.ca.location",
-    "ssl.truststore.password": "give the CA certificate as PEM: kafka.ssl.ca.location",
-    "ssl.truststore.type": "give the CA certificate as PEM: kafka.ssl.ca.location",
-    "ssl.keystore.type": "kafka.ssl.keystore.location takes a PKCS#12 file; or give PEM files "
-    "as kafka.ssl.certificate.location and kafka.ssl.key.location",
+    "ssl.truststore.location": "give the CA certificate as PEM: {p}ssl.ca.location",
+    "ssl.truststore.password": "give the CA certificate as PEM: {p}ssl.ca.location",
+    "ssl.truststore.type": "give the CA certificate as PEM: {p}ssl.ca.location",
+    "ssl.keystore.type": "{p}ssl.keystore.location takes a PKCS#12 file; or give PEM files "
+    "as {p}ssl.certificate.location and {p}ssl.key.location",
     "sasl.login.callback.handler.class": "Java classes cannot run here; for OAuth give "
-    "kafka.sasl.oauthbearer.method=oidc with its client settings",
+    "{p}sasl.oauthbearer.method=oidc with its client settings",
     "sasl.client.callback.handler.class": "Java classes cannot run here",
 }
 _DRIVER_REFUSES = {
@@ -93,14 +99,18 @@ _DRIVER_REFUSES = {
     "cache (kinit) or KRB5_CLIENT_KTNAME",
     "sasl.kerberos.kinit.cmd": "the driver's client does not run kinit",
     "sasl.oauthbearer.config": "unsecured JWTs are for development brokers; use "
-    "kafka.sasl.oauthbearer.method=oidc",
+    "{p}sasl.oauthbearer.method=oidc",
 }
+# Named as no security setting is, so not caught by _SECURITY_PREFIXES.
+_CERTIFICATE_CHECK = "enable.ssl.certificate.verification"
+_INLINE_KEY = "ssl.key.pem"
+_inline_key_warned: set[str] = set()  # the options warned about, once per process
 
 
-def client_settings(kafka: Mapping[str, str]) -> dict[str, str]:
+def client_settings(kafka: Mapping[str, str], prefix: str = KAFKA_PREFIX) -> dict[str, str]:
     """`kafka` as both clients take it: Spark's JAAS line translated, every secret masked in
     this process's logs (the JAAS line's password on its own too), and nothing the driver's
-    client cannot honour.
+    client cannot honour. `prefix`: the options' prefix, for messages.
 
     Raises:
         ConfigError: see `translate_jaas` and `check_driver_support`.
@@ -108,8 +118,36 @@ def client_settings(kafka: Mapping[str, str]) -> dict[str, str]:
     mask_in_logs(kafka)
     settings = translate_jaas(kafka)
     mask_in_logs(settings)
-    check_driver_support(settings)
+    check_driver_support(settings, prefix)
     return settings
+
+
+def option_settings(kafka: Mapping[str, str], prefix: str = KAFKA_PREFIX) -> dict[str, str]:
+    """`client_settings` of a query's options `{prefix}*`: a private key given inline is
+    taken with a warning, as the registry's `basic.auth.user.info` is (serde/options.py).
+
+    Raises:
+        ConfigError: see `client_settings`.
+    """
+    settings = client_settings(kafka, prefix)
+    if any(k.lower() == _INLINE_KEY for k in settings):
+        _warn_inline_key(prefix)
+    return settings
+
+
+def _warn_inline_key(prefix: str) -> None:
+    """Spark prints a query's options in its plans and errors, redacting only names or values
+    that match `spark.redaction.regex` (by default secret|password|token|access.?key):
+    `ssl.key.pem` is not among them. The sink masks the key in its own logs and reprs."""
+    if prefix in _inline_key_warned:
+        return
+    _inline_key_warned.add(prefix)
+    log.warning(
+        "option %s%s is shown in clear in Spark's query plans and errors "
+        "(spark.redaction.regex does not match it); give %sssl.key.location, a file the "
+        "driver and every executor can read, instead",
+        prefix, _INLINE_KEY, prefix,
+    )  # fmt: skip
 
 
 def translate_jaas(kafka: Mapping[str, str]) -> dict[str, str]:
@@ -181,42 +219,57 @@ def _check_jaas_mechanism(family: str, settings: dict[str, str]) -> None:
                           "kafka.sasl.mechanism to SCRAM-SHA-256 or SCRAM-SHA-512")
 
 
-def check_driver_support(kafka: Mapping[str, str]) -> None:
-    """Refuse any security setting the driver's client cannot honour, naming it.
+def check_driver_support(kafka: Mapping[str, str], prefix: str = KAFKA_PREFIX) -> None:
+    """Refuse any security setting the driver's client cannot honour, naming it as the option
+    `{prefix}{setting}`.
 
     Raises:
         ConfigError: the setting, why, and what to give instead.
     """
     lowered = {k.lower(): v for k, v in kafka.items()}
     for name in sorted(lowered):
-        if name in _JAVA_ONLY:
-            raise ConfigError(f"option kafka.{name} is a Java client setting: "
-                              f"{_JAVA_ONLY[name]}")
-        if name in _DRIVER_REFUSES:
-            raise ConfigError(f"option kafka.{name} is not supported: {_DRIVER_REFUSES[name]}")
-        known = name in _DIRECT or name in _INLINE_PEM or name in _OIDC or name in _PKCS12
-        if name.startswith(_SECURITY_PREFIXES) and not known and name != _HOSTNAME_CHECK:
-            raise ConfigError(
-                f"option kafka.{name} is not supported: the driver's Kafka client (kafka-python, "
-                "which completes the transactions) cannot honour it"
-            )
+        _check_setting(name, lowered[name], prefix)
     mechanism = (lowered.get("sasl.mechanism") or lowered.get("sasl.mechanisms") or "").upper()
     if mechanism and mechanism not in SASL_MECHANISMS:
-        raise ConfigError(f"option kafka.sasl.mechanism {mechanism} is not supported; "
-                          f"supported: {', '.join(SASL_MECHANISMS)}")
+        raise ConfigError(
+            f"option {prefix}sasl.mechanism {mechanism} is not supported; "
+            f"supported: {', '.join(SASL_MECHANISMS)}"
+        )
     if mechanism == "OAUTHBEARER" and lowered.get("sasl.oauthbearer.method", "").lower() != "oidc":
-        raise ConfigError("option kafka.sasl.mechanism OAUTHBEARER needs "
-                          "kafka.sasl.oauthbearer.method=oidc with kafka.sasl.oauthbearer."
-                          "client.id, .client.secret and .token.endpoint.url")
+        raise ConfigError(
+            f"option {prefix}sasl.mechanism OAUTHBEARER needs "
+            f"{prefix}sasl.oauthbearer.method=oidc with {prefix}sasl.oauthbearer."
+            "client.id, .client.secret and .token.endpoint.url"
+        )
     algorithm = lowered.get(_HOSTNAME_CHECK)
     if algorithm is not None and algorithm.lower() not in ("https", "none"):
-        raise ConfigError(f"option kafka.{_HOSTNAME_CHECK} must be https or none")
+        raise ConfigError(f"option {prefix}{_HOSTNAME_CHECK} must be https or none")
     token_endpoint = lowered.get("sasl.oauthbearer.token.endpoint.url")
     if token_endpoint is not None:
         from kafka_txn_sink.kafka.oauth import check_token_endpoint
 
-        check_token_endpoint(token_endpoint)
+        check_token_endpoint(token_endpoint, prefix)
 
+
+def _check_setting(name: str, value: str, prefix: str) -> None:
+    """Refuse one setting (lower-cased) the driver's client cannot honour."""
+    if name in _JAVA_ONLY:
+        advice = _JAVA_ONLY[name].format(p=prefix)
+        raise ConfigError(f"option {prefix}{name} is a Java client setting: {advice}")
+    if name in _DRIVER_REFUSES:
+        why = _DRIVER_REFUSES[name].format(p=prefix)
+        raise ConfigError(f"option {prefix}{name} is not supported: {why}")
+    if name == _CERTIFICATE_CHECK and value.strip().lower() in ("false", "f", "0"):
+        raise ConfigError(
+            f"option {prefix}{name}=false is not supported: the driver's client always verifies "
+            f"the brokers' certificates; give their CA as {prefix}ssl.ca.location"
+        )
+    known = name in _DIRECT or name in _INLINE_PEM or name in _OIDC or name in _PKCS12
+    if name.startswith(_SECURITY_PREFIXES) and not known and name != _HOSTNAME_CHECK:
+        raise ConfigError(
+            f"option {prefix}{name} is not supported: the driver's Kafka client (kafka-python, "
+            "which completes the transactions) cannot honour it"
+        )
 
 
 def driver_settings(kafka: Mapping[str, str]) -> dict[str, Any]:

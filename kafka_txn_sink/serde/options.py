@@ -17,7 +17,7 @@ from typing import Literal, TypeVar
 
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.option import Option, truthy
-from kafka_txn_sink.redaction import mask_in_logs, redact
+from kafka_txn_sink.redaction import mask_in_logs, redact, without_user_info
 
 Format = Literal["raw", "avro", "json-schema", "protobuf"]
 Strategy = Literal["topic", "record", "topic_record"]
@@ -153,12 +153,16 @@ def registry_settings(raw: Mapping[str, str]) -> dict[str, str]:
         for k, v in raw.items()
         if str(k).lower().startswith(REGISTRY_PREFIX)
     }
-    mask_in_logs(settings)
+    mask_in_logs(settings)  # the URL's user info too, which the client takes as basic auth
+    url = settings.get("url", "")
+    if without_user_info(url) != url:
+        _warn_url_user_info()
     return _user_info_from_pair(settings)
 
 
 _PAIR = ("basic.auth.username", "basic.auth.password")
 _user_info_warned = False
+_url_user_info_warned = False
 
 
 def _user_info_from_pair(settings: dict[str, str]) -> dict[str, str]:
@@ -192,6 +196,18 @@ def _warn_user_info() -> None:
         log.warning(
             "option %sbasic.auth.user.info is shown in clear in Spark's query plans and errors "
             "(spark.redaction.regex does not match it); give %s%s and %s%s instead",
+            REGISTRY_PREFIX, REGISTRY_PREFIX, _PAIR[0], REGISTRY_PREFIX, _PAIR[1],
+        )  # fmt: skip
+
+
+def _warn_url_user_info() -> None:
+    global _url_user_info_warned
+    if not _url_user_info_warned:
+        _url_user_info_warned = True
+        log.warning(
+            "option %surl holds a user info (user:password@), which Spark's query plans and "
+            "errors show in clear (spark.redaction.regex does not match it); give %s%s and "
+            "%s%s instead",
             REGISTRY_PREFIX, REGISTRY_PREFIX, _PAIR[0], REGISTRY_PREFIX, _PAIR[1],
         )  # fmt: skip
 

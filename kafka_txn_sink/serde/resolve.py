@@ -23,6 +23,7 @@ from pyspark.sql.types import DataType, StructField, StructType
 
 from kafka_txn_sink.errors import ConfigError, SchemaRegistryError
 from kafka_txn_sink.protocol.messages import SchemaUse
+from kafka_txn_sink.redaction import scrubbed
 from kafka_txn_sink.serde.options import (
     AUTO_REGISTER,
     REGISTRY_PREFIX,
@@ -205,7 +206,7 @@ def _looked_up(client: Any, subject: str, schema: Any, url: str) -> int:
         if exc.http_status_code != 404:
             raise _failed(exc, url, subject) from None
         compatible = _compatibility(client, subject, schema)
-        raise SchemaRegistryError(
+        raise _registry_error(
             f"subject {subject!r} of the Schema Registry {url} does not hold the schema and "
             f"option {AUTO_REGISTER}=false: {compatible}. Register the schema under the "
             f"subject, or let the sink register it ({exc.error_message}, HTTP 404, error "
@@ -329,17 +330,17 @@ def registry_client(settings: Mapping[str, str]) -> Any:
     conf: dict[str, int | str] = {**CLIENT_DEFAULTS, **settings, **numbers}
     try:
         return SchemaRegistryClient(conf)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(
-            f"the {REGISTRY_PREFIX}* options do not fit the Schema Registry client: {exc}"
-        ) from None
+    except (ValueError, TypeError) as exc:  # "Invalid url <url>" among them
+        message = f"the {REGISTRY_PREFIX}* options do not fit the Schema Registry client: {exc}"
+        raise ConfigError(scrubbed(message)) from None
     except OSError as exc:  # ssl.SSLError too; names the files, never the key password
         given = (f"{REGISTRY_PREFIX}{k}={settings[k]}" for k in _TLS_FILES if k in settings)
         files = ", ".join(given)
-        raise ConfigError(
+        message = (
             f"the Schema Registry client cannot read its TLS files ({files}): "
             f"{type(exc).__name__}: {exc}"
-        ) from None
+        )
+        raise ConfigError(scrubbed(message)) from None
 
 
 def _call(method: Any, *args: Any, url: str, subject: str) -> Any:
@@ -360,6 +361,12 @@ def _failed(exc: Exception, url: str, subject: str) -> SchemaRegistryError:
         )
     else:
         answer = f"did not answer: {type(exc).__name__}: {exc}"
-    return SchemaRegistryError(
+    return _registry_error(
         f"subject {subject!r}: the Schema Registry {url} {answer}; nothing was written"
     )
+
+
+def _registry_error(message: str) -> SchemaRegistryError:
+    """The error of `message`, which names the registry's URL and quotes the client's error:
+    a URL's user info (the client's basic auth) and any other secret masked."""
+    return SchemaRegistryError(scrubbed(message))

@@ -238,3 +238,33 @@ def test_basic_auth_as_username_and_password_reaches_the_registry(
 
     assert "secret" not in str(caught.value) and proxy.refused == 1
     assert "secret" not in repr(good)
+
+
+def test_user_info_in_the_registry_url_authenticates_and_no_refusal_shows_it(
+    schema_registry: testing.SchemaRegistry, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """confluent-kafka's client takes basic auth from the URL's user info: it works, and the
+    password shows neither in the refusals (HTTP 401, and 404 of a missing schema) nor in the
+    logs nor in the options' repr."""
+    path = schema_registry.url.split("/", 3)[3]
+    proxy = AuthenticatingProxy(schema_registry.base_url, "alice:pw-url-9157")
+    with proxy:
+        host = proxy.endpoint.split("://", 1)[1]
+        good = serde(f"http://alice:pw-url-9157@{host}/{path}")
+        unregistered = serde(good.registry["url"], autoRegisterSchemas="false", valueSchema=OTHER)
+        with caplog.at_level("DEBUG"):
+            resolved = resolve(good, INPUT, topic)
+            assert resolved is not None and resolved.value is not None
+            with pytest.raises(SchemaRegistryError, match="HTTP 404") as missing:
+                resolve(unregistered, INPUT, topic)
+            with pytest.raises(SchemaRegistryError, match="HTTP 401") as refused:
+                resolve(serde(f"http://alice:wrong-url-9157@{host}/{path}"), INPUT, topic)
+
+    assert proxy.refused == 1
+    assert f"the Schema Registry http://***@{host}/{path} " in str(refused.value)
+    assert f"of the Schema Registry http://***@{host}/{path} does not" in str(missing.value)
+    shown = [str(missing.value), str(refused.value), caplog.text, repr(good)]
+    assert not [text for text in shown if "url-9157" in text]
+
+
+OTHER = json.dumps({"type": "record", "name": "Other", "fields": [{"name": "x", "type": "int"}]})

@@ -7,9 +7,11 @@ import argparse
 import base64
 import datetime
 import json
+import logging
 import ssl
 import stat
 import threading
+import traceback
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -199,11 +201,14 @@ class TokenEndpoint(BaseHTTPRequestHandler):
     requests: ClassVar[list[tuple[str, dict[str, list[str]]]]] = []
     status = 200
     location = ""
+    token = "tok-1"
+    expires_in: object = 3600
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"])).decode()
         TokenEndpoint.requests.append((self.headers["Authorization"], parse_qs(body)))
-        payload = json.dumps({"access_token": "tok-1", "expires_in": 3600}).encode()
+        answer = {"access_token": TokenEndpoint.token, "expires_in": TokenEndpoint.expires_in}
+        payload = json.dumps(answer).encode()
         self.send_response(self.status)
         if self.location:
             self.send_header("Location", self.location)
@@ -219,6 +224,7 @@ class TokenEndpoint(BaseHTTPRequestHandler):
 @pytest.fixture
 def token_endpoint() -> Iterator[str]:
     TokenEndpoint.requests, TokenEndpoint.status, TokenEndpoint.location = [], 200, ""
+    TokenEndpoint.token, TokenEndpoint.expires_in = "tok-1", 3600
     server = HTTPServer(("127.0.0.1", 0), TokenEndpoint)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -337,3 +343,149 @@ def test_the_cli_refuses_a_java_setting_by_name(tmp_path: Path) -> None:
         kafka_settings(args)
 
     assert "changeit" not in str(caught.value)
+
+
+# -- secrets that reach the driver's client: the access token, an inline key --------------------
+
+
+def test_each_oauth_token_fetched_is_masked_in_kafka_pythons_debug_log(
+    token_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kafka-python logs each request at DEBUG, SaslAuthenticate's bytes (the token) included."""
+    from kafka.net.sasl.oauth import SaslMechanismOAuth
+    from kafka.protocol.sasl import SaslAuthenticateRequest
+
+    TokenEndpoint.token = "eyJ-access-5c2e91"
+    provider = ClientCredentialsTokenProvider.from_settings(oidc(token_endpoint))
+    request = SaslAuthenticateRequest(
+        SaslMechanismOAuth(sasl_oauth_token_provider=provider).auth_bytes()
+    )
+    with caplog.at_level(logging.DEBUG, logger="kafka"):
+        logging.getLogger("kafka.net.connection").debug("%s Request %d: %s", "<conn>", 7, request)
+
+    [record] = [r for r in caplog.records if r.name == "kafka.net.connection"]
+    assert "SaslAuthenticate" in record.getMessage() and "***" in record.getMessage()
+    assert "eyJ-access-5c2e91" not in caplog.text
+
+
+def private_key_pem() -> str:
+    from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
+
+
+SINK = {"kafka.bootstrap.servers": "b:9093", "topic": "t", "sinkId": "s", "commitLog": "/tmp/l"}
+
+
+@pytest.mark.parametrize("prefix", ["kafka.", "consumerGroup.kafka."])
+def test_an_inline_private_key_is_taken_with_a_warning_and_never_shown(
+    prefix: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's plans show `ssl.key.pem` in clear (spark.redaction.regex does not match it), as
+    they show `basic.auth.user.info`: the sink warns, naming the option, and shows it nowhere."""
+    from kafka_txn_sink.kafka import security
+
+    pem = private_key_pem()
+    group = {"checkpointLocation": "/c", "consumerGroup": "g",
+             "consumerGroup.kafka.bootstrap.servers": "elsewhere:9093"}  # fmt: skip
+    given = {**SINK, **group, f"{prefix}security.protocol": "SSL", f"{prefix}ssl.key.pem": pem}
+    monkeypatch.setattr(security, "_inline_key_warned", set(), raising=False)
+    with caplog.at_level(logging.DEBUG):
+        options = parse_options(given)
+        parse_options(given)
+        logging.getLogger("kafka.conn").debug("configuration: %r", {"ssl.key.pem": pem})
+        with pytest.raises(ConfigError, match=f"option {prefix}ssl.engine.location") as caught:
+            parse_options({**given, f"{prefix}ssl.engine.location": "/e.so"})
+
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"option {prefix}ssl.key.pem is shown in clear in Spark's query plans" in warning
+    assert f"{prefix}ssl.key.location" in warning
+    body = pem.splitlines()[1]  # a line of the key itself
+    assert body not in caplog.text and body not in repr(options)
+    assert body not in "".join(traceback.format_exception(caught.value))
+
+
+# -- the consumer group's cluster: kafka-python reads its offsets --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("sasl.kerberos.keytab", "/k", "ticket cache"),
+        ("sasl.kerberos.principal", "sink@REALM", "ticket cache"),
+        ("sasl.oauthbearer.config", "principal=sink", "use consumerGroup.kafka.sasl.oauthbearer"),
+        ("enable.ssl.certificate.verification", "false", "always verifies"),
+        ("ssl.truststore.location", "/t.jks", "consumerGroup.kafka.ssl.ca.location"),
+        ("ssl.engine.location", "/e.so", "kafka-python, which completes the transactions"),
+        ("sasl.mechanism", "OAUTHBEARER", "needs consumerGroup.kafka.sasl.oauthbearer.method"),
+        ("sasl.oauthbearer.token.endpoint.url", "http://idp.example.com/t", "must be an https"),
+    ],
+)
+def test_a_group_cluster_setting_the_driver_cannot_honour_is_refused_by_name(
+    name: str, value: str, expected: str
+) -> None:
+    given = {**SINK, "checkpointLocation": "/c", "consumerGroup": "g",
+             "consumerGroup.kafka.bootstrap.servers": "elsewhere:9093",
+             f"consumerGroup.kafka.{name}": value}  # fmt: skip
+
+    with pytest.raises(ConfigError, match=f"option consumerGroup.kafka.{name}") as caught:
+        parse_options(given)
+
+    assert expected in str(caught.value)
+
+
+def test_the_group_clusters_settings_the_driver_honours_are_kept() -> None:
+    options = parse_options({
+        **SINK, "checkpointLocation": "/c", "consumerGroup": "g",
+        "consumerGroup.kafka.bootstrap.servers": "elsewhere:9093",
+        "consumerGroup.kafka.security.protocol": "SASL_SSL",
+        "consumerGroup.kafka.sasl.jaas.config": PLAIN,
+        "consumerGroup.kafka.enable.ssl.certificate.verification": "true",
+    })  # fmt: skip
+
+    assert options.progress is not None
+    assert options.progress.kafka == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "alice",
+        "sasl.password": SECRET, "enable.ssl.certificate.verification": "true",
+    }  # fmt: skip
+
+
+# -- OAuth client conformance (RFC 6749) ---------------------------------------------------------
+
+
+def test_the_client_id_and_secret_are_form_urlencoded_before_basic_auth(
+    token_endpoint: str,
+) -> None:
+    """RFC 6749 section 2.3.1: each is form-urlencoded, then joined by ':' for Basic auth."""
+    settings = {**oidc(token_endpoint), "sasl.oauthbearer.client.id": "sink:1",
+                "sasl.oauthbearer.client.secret": "pa ss:%é+"}  # fmt: skip
+
+    ClientCredentialsTokenProvider.from_settings(settings).token()
+
+    [(authorization, _)] = TokenEndpoint.requests
+    credentials = base64.b64decode(authorization.removeprefix("Basic "))
+    assert credentials == b"sink%3A1:pa+ss%3A%25%C3%A9%2B"
+
+
+@pytest.mark.parametrize("expires_in", ["an hour", "nan", [3600], True, -5, 0])
+def test_an_expires_in_that_is_not_a_number_of_seconds_is_a_token_error(
+    token_endpoint: str, expires_in: object
+) -> None:
+    TokenEndpoint.expires_in = expires_in
+    provider = ClientCredentialsTokenProvider.from_settings(oidc(token_endpoint))
+
+    with pytest.raises(KafkaUnavailableError, match="expires_in") as caught:
+        provider.token()
+
+    assert "OAUTHBEARER" in str(caught.value) and "tok-1" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("expires_in", "lifetime"), [(None, 300), ("120", 120), (3600.5, 3600.5)])
+def test_an_expires_in_absent_or_numeric_sets_the_tokens_lifetime(
+    token_endpoint: str, expires_in: object, lifetime: float
+) -> None:
+    TokenEndpoint.expires_in = expires_in
+    provider = ClientCredentialsTokenProvider.from_settings(oidc(token_endpoint))
+
+    assert provider._fetch() == ("tok-1", lifetime)

@@ -301,3 +301,21 @@ def test_a_username_with_a_colon_is_refused() -> None:
             "schema.registry.basic.auth.username": "a:b",
             "schema.registry.basic.auth.password": "pw-0451-secret",
         })  # fmt: skip
+
+
+def test_user_info_in_the_url_is_taken_with_a_warning_that_shows_no_secret(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's plans show `schema.registry.url` in clear, as they show `basic.auth.user.info`."""
+    from kafka_txn_sink.serde import options as serde_options
+
+    monkeypatch.setattr(serde_options, "_url_user_info_warned", False, raising=False)
+    given = {"schema.registry.url": "https://alice:pw-0917-url@r.example.com/"}
+    with caplog.at_level("WARNING"):
+        settings = serde_options.registry_settings(given)
+        serde_options.registry_settings(given)
+
+    assert settings == {"url": "https://alice:pw-0917-url@r.example.com/"}  # the client's auth
+    [warning] = [r.getMessage() for r in caplog.records if "url" in r.getMessage()]
+    assert "option schema.registry.url holds a user info" in warning
+    assert "schema.registry.basic.auth.password" in warning and "pw-0917-url" not in warning
