@@ -25,7 +25,7 @@ from kafka_txn_sink.protocol.prepare import SPECULATION, TaskPlan, refuse_specul
 from kafka_txn_sink.protocol.start import BatchStart, start_batch, start_write
 from kafka_txn_sink.protocol.stream_writer import stream_writer_class
 from kafka_txn_sink.records.columns import plan_columns
-from kafka_txn_sink.serde.resolve import resolve
+from kafka_txn_sink.serde.resolve import pinned, resolve
 
 NAME = "kafka_txn"
 
@@ -117,6 +117,7 @@ def _plan(
     files_plan = _plan_files(options, schema)
     encodings = resolve(options.serde, schema, options.topic)
     started = start(options)
+    repair_schemas = started.repair.schemas if started.repair else ()
     return TaskPlan(
         options=started.options,
         columns=columns,
@@ -127,6 +128,7 @@ def _plan(
         write=started.write,
         repair=started.repair,
         encodings=encodings,
+        repair_encodings=pinned(options.serde, schema, repair_schemas, encodings),
     )
 
 

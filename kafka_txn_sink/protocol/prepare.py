@@ -96,6 +96,7 @@ class TaskPlan:
     write: BatchWrite | None = None  # a batch write; None in a streaming query
     repair: RepairPlan | None = None  # what a replay of the latest decided batch writes again
     encodings: Encodings | None = None  # the key's and value's registry formats (serde/)
+    repair_encodings: Encodings | None = None  # a repair's: the decision's schema ids
 
 
 @dataclass(frozen=True)
@@ -159,8 +160,17 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
         prepared_at_ms=prepared.prepared_at_ms,
         files=files,
         digest=next((o.digest() for o in outputs if isinstance(o, RecordsOutput)), ""),
-        schemas=schema_uses(plan.encodings),
+        schemas=schema_uses(encodings_of(plan, task.batch_id)),
     )
+
+
+def encodings_of(plan: TaskPlan, batch_id: int) -> Encodings | None:
+    """The registry formats a task of batch `batch_id` writes with: for the replay of a
+    repaired batch, the ids its decision recorded (the repair takes only equal records)."""
+    repair = plan.repair
+    if repair is not None and repair.batch_id == batch_id and plan.repair_encodings is not None:
+        return plan.repair_encodings
+    return plan.encodings
 
 
 def repair_level(plan: TaskPlan, batch_id: int) -> int:
@@ -230,7 +240,8 @@ def open_outputs(
     files = plan.options.files
     if plan.columns is not None:
         references = files.references_topic if files is not None else None
-        records = RecordsOutput(txn, plan.columns, plan.options.topic, references, plan.encodings)
+        encodings = encodings_of(plan, task.batch_id)
+        records = RecordsOutput(txn, plan.columns, plan.options.topic, references, encodings)
         outputs.append(records)
     if plan.files_plan is not None and not records_only:
         # Imported here: a records-only sink never loads files mode (fastavro, the Avro stack).

@@ -50,6 +50,7 @@ from kafka_txn_sink.protocol.messages import (
     Decision,
     LostParticipant,
     Participant,
+    SchemaUse,
     Triple,
     now_ms,
 )
@@ -71,6 +72,7 @@ class RepairPlan:
     batch_id: int
     level: int
     lost: tuple[LostParticipant, ...]
+    schemas: tuple[SchemaUse, ...] = ()  # the decision's: the replay encodes with these ids
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,7 @@ def plan_repair(
         if levels.completions[0] is not None:
             remember_lossless(commit_log, levels.completions[0])
         return None
-    return RepairPlan(decision.batch_id, levels.next_level, tuple(waiting))
+    return RepairPlan(decision.batch_id, levels.next_level, tuple(waiting), decision.schemas)
 
 
 def settle_repairs(

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql.types import DataType, StructField, StructType
@@ -40,8 +40,14 @@ from kafka_txn_sink.serde.protobuf import FIRST_MESSAGE
 CLIENT_DEFAULTS = {"timeout": 10, "max.retries": 2}
 # The client's settings that are numbers, and the TLS files it reads when it is made.
 _NUMERIC_SETTINGS = frozenset(
-    {"timeout", "cache.capacity", "cache.latest.ttl.sec", "max.retries", "retries.wait.ms",
-     "retries.max.wait.ms"}
+    {
+        "timeout",
+        "cache.capacity",
+        "cache.latest.ttl.sec",
+        "max.retries",
+        "retries.wait.ms",
+        "retries.max.wait.ms",
+    }
 )
 _TLS_FILES = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
 _TYPES: Mapping[Format, str] = {"avro": "AVRO", "json-schema": "JSON", "protobuf": "PROTOBUF"}
@@ -90,6 +96,42 @@ def resolve(serde: SerdeOptions, schema: StructType, topic: str | None) -> Encod
     types = {f.name.lower(): f.dataType for f in schema.fields}
     found = {f.column: _resolve_field(connect, serde, f, types, topic) for f in serde.fields()}
     return Encodings(key=found.get("key"), value=found.get("value"))
+
+
+def pinned(
+    serde: SerdeOptions, schema: StructType, uses: Sequence[SchemaUse], resolved: Encodings | None
+) -> Encodings | None:
+    """The encodings of a replay that repairs a decided batch: each column written with the
+    schema id the batch's decision recorded (`uses`), whatever its subject's latest version is
+    now, since a repair takes only records equal to the lost ones and the id is in each. A
+    column the decision recorded no schema for, or in another format (the options changed),
+    keeps its `resolved` encoding (such a replay's records differ; the repair refuses them).
+
+    Raises:
+        SchemaRegistryError: the registry does not answer, or no longer holds the id.
+    """
+    if resolved is None or not uses:
+        return resolved
+    connect = functools.cache(lambda: registry_client(serde.registry))
+    url = serde.registry.get("url", "")
+    found = {}
+    for encoding in (resolved.key, resolved.value):
+        use = next((u for u in uses if encoding and u.column == encoding.column), None)
+        if encoding is None or use is None or use.format != encoding.format:
+            continue
+        if use.schema_id == encoding.schema_id:
+            found[encoding.column] = encoding
+            continue
+        text = _call(connect().get_schema, use.schema_id, url=url, subject=use.subject).schema_str
+        what = f"schema id {use.schema_id} of subject {use.subject!r}, which the decision recorded"
+        found[encoding.column] = replace(
+            encoding,
+            subject=use.subject,
+            schema_id=use.schema_id,
+            schema=text,
+            descriptor=_descriptor(text, encoding.format, what),
+        )
+    return Encodings(key=found.get("key", resolved.key), value=found.get("value", resolved.value))
 
 
 def schema_uses(encodings: Encodings | None) -> tuple[SchemaUse, ...]:
@@ -145,10 +187,15 @@ def _resolve_field(
         latest = _call(client.get_latest_version, subject, url=url, subject=subject)
         text = latest.schema.schema_str
         _check_type(latest.schema.schema_type, field, subject)
-        descriptor = _latest_descriptor(text, field, subject)
+        descriptor = _descriptor(
+            text,
+            field.format,
+            f"the latest schema of subject {subject!r} ({USE_LATEST_VERSION}=true)",
+        )
         _check_proto_types(descriptor, data_type, f"the latest schema of subject {subject!r}")
-        return Encoding(field.column, field.format, subject, latest.schema_id, text, data_type,
-                        descriptor)
+        return Encoding(
+            field.column, field.format, subject, latest.schema_id, text, data_type, descriptor
+        )
     text = field.schema or derived_schema(field.column, data_type, field.format)
     descriptor = _check_schema_text(text, field)
     _check_proto_types(descriptor, data_type, f"option {field.column}Schema")
@@ -159,8 +206,9 @@ def _resolve_field(
         schema_id = _call(client.register_schema, subject, schema, url=url, subject=subject)
     else:
         schema_id = _looked_up(client, subject, schema, url)
-    return Encoding(field.column, field.format, subject, int(schema_id), text, data_type,
-                    descriptor)
+    return Encoding(
+        field.column, field.format, subject, int(schema_id), text, data_type, descriptor
+    )
 
 
 def _check_proto_types(descriptor: bytes, data_type: DataType, schema: str) -> None:
@@ -181,19 +229,17 @@ def _check_proto_types(descriptor: bytes, data_type: DataType, schema: str) -> N
         )
 
 
-def _latest_descriptor(text: str, field: FieldFormat, subject: str) -> bytes:
-    """The compiled latest `.proto` of a protobuf column; nothing for the other formats."""
-    if field.format != "protobuf":
+def _descriptor(text: str, fmt: Format, what: str) -> bytes:
+    """The compiled `.proto` of a protobuf schema from the registry (`what` names it); nothing
+    for the other formats."""
+    if fmt != "protobuf":
         return b""
     from kafka_txn_sink.serde.protobuf import ProtoSchemaError, compile_proto
 
     try:
         return compile_proto(text)
     except ProtoSchemaError as exc:
-        raise SchemaRegistryError(
-            f"the latest schema of subject {subject!r} is not a .proto text protoc compiles "
-            f"({USE_LATEST_VERSION}=true): {exc}"
-        ) from None
+        raise SchemaRegistryError(f"{what} is not a .proto text protoc compiles: {exc}") from None
 
 
 def _looked_up(client: Any, subject: str, schema: Any, url: str) -> int:
