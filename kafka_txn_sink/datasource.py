@@ -21,7 +21,12 @@ from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.group_options import CONSUMER_GROUP
 from kafka_txn_sink.options import WRITE_ID, SinkOptions, parse_options
 from kafka_txn_sink.protocol.batch_writer import batch_writer_class
-from kafka_txn_sink.protocol.prepare import SPECULATION, TaskPlan, refuse_speculation
+from kafka_txn_sink.protocol.prepare import (
+    SPECULATION,
+    TaskPlan,
+    refuse_speculation,
+    task_options,
+)
 from kafka_txn_sink.protocol.start import BatchStart, start_batch, start_write
 from kafka_txn_sink.protocol.stream_writer import stream_writer_class
 from kafka_txn_sink.records.columns import plan_columns
@@ -119,7 +124,7 @@ def _plan(
     started = start(options)
     repair_schemas = started.repair.schemas if started.repair else ()
     return TaskPlan(
-        options=started.options,
+        options=task_options(started.options),
         columns=columns,
         files_plan=files_plan,
         log_query_id=started.log_query_id,

@@ -99,6 +99,18 @@ class TaskPlan:
     repair_encodings: Encodings | None = None  # a repair's: the decision's schema ids
 
 
+def task_options(options: SinkOptions) -> SinkOptions:
+    """`options` as a batch's tasks receive them: without the Schema Registry's settings and
+    the consumer group cluster's, which only the driver uses (their credentials go no further:
+    a task's plan is pickled to every executor)."""
+    progress = options.progress
+    return replace(
+        options,
+        serde=replace(options.serde, registry={}),
+        progress=replace(progress, kafka={}) if progress is not None else None,
+    )
+
+
 @dataclass(frozen=True)
 class TaskIdentity:
     """Which attempt of which task of which batch of which query this is."""

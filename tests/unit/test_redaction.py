@@ -177,3 +177,44 @@ def test_every_url_of_a_registry_list_keeps_its_user_info_out(
         assert secret not in shown, secret
     assert "http://***@127.0.0.1:9" in repr(options.serde)
     assert "https://***@127.0.0.1:10/" in repr(options.serde)
+
+
+def test_the_plan_pickled_to_the_tasks_holds_no_registry_or_group_cluster_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """N10: tasks never call the registry nor the group's cluster, so a task's plan (pickled
+    to every executor) carries neither's settings; the driver's options keep them."""
+    import pickle
+
+    from kafka_txn_sink import datasource
+    from kafka_txn_sink.protocol.runs import RunRef
+    from kafka_txn_sink.protocol.start import BatchStart
+
+    options = parse_options(
+        {
+            "kafka.bootstrap.servers": "b:9092",
+            "topic": "t",
+            "sinkId": "s",
+            "commitLog": "/tmp/log",
+            "valueFormat": "avro",
+            "schema.registry.url": "http://alice:Hunter2pw@127.0.0.1:9/",
+            "schema.registry.basic.auth.user.info": "bob:Sekret99",
+            "consumerGroup": "g",
+            "checkpointLocation": "/tmp/cp",
+            "consumerGroup.kafka.bootstrap.servers": "other:9092",
+            "consumerGroup.kafka.security.protocol": "SASL_SSL",
+            "consumerGroup.kafka.sasl.mechanism": "PLAIN",
+            "consumerGroup.kafka.sasl.username": "gu",
+            "consumerGroup.kafka.sasl.password": "GroupPw77",
+        }
+    )
+    monkeypatch.setattr(datasource, "resolve", lambda *_: None)
+    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
+    plan = datasource._plan(options, schema, lambda o: BatchStart(o, None, None, RunRef(0, 0)))
+
+    shipped = pickle.dumps(plan)
+    for secret in (b"Hunter2pw", b"Sekret99", b"GroupPw77"):
+        assert secret not in shipped
+    assert options.serde.registry["url"].endswith("@127.0.0.1:9/")
+    assert options.progress is not None and options.progress.kafka["sasl.password"] == "GroupPw77"
+    assert plan.options.progress is not None and plan.options.progress.group == "g"
