@@ -251,6 +251,8 @@ class Repairer:
             raise TransactionLostError(_waiting_message(decision, waiting))
         repair, ours = self._record(decision, levels.next_level, waiting, mine)
         self._settler.complete(repair)
+        if ours:
+            _log_repaired(decision, repair)
         # Read again: another run may have put a level above ours meanwhile. The batch passes
         # only once every level is settled and nothing waits, never on "no loss recorded".
         after = self._settled(decision)
@@ -402,6 +404,24 @@ def _waiting_message(decision: Decision, waiting: Sequence[LostParticipant]) -> 
         f"after its decision, not written again yet: {_describe(waiting)}. Spark runs the "
         f"batch again, and the replay repairs them (the query must produce the same rows per "
         f"input partition)"
+    )
+
+
+def _log_repaired(decision: Decision, repair: Decision) -> None:
+    """One INFO line for a repair this run committed, as the loss it mends was logged."""
+    rows = [p for p in repair.participants if p.partition != PROGRESS_PARTITION]
+    count = len(rows)
+    refused = f"; {len(repair.refused)} refused, recorded lost" if repair.refused else ""
+    log.info(
+        "batch %d of sink %s: repair %d committed: %d transaction%s the brokers aborted after the "
+        "decision written again by the replay (%d rows)%s",
+        decision.batch_id,
+        decision.sink_id,
+        repair.level,
+        count,
+        "" if count == 1 else "s",
+        sum(p.rows for p in rows),
+        refused,
     )
 
 

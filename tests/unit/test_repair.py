@@ -8,6 +8,7 @@ tests/e2e/test_repair.py.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import pytest
@@ -99,6 +100,23 @@ def test_a_lost_participant_is_written_again_by_the_replay_and_the_batch_passes(
     levels = batch_levels(driver.log, driver.log.decision(0))  # type: ignore[arg-type]
     assert levels.settled and levels.waiting() == [] and levels.repaired_rows() == 10
     assert plan_repair(driver.log, driver.log.decision(0)) is None
+
+
+def test_a_repair_that_commits_says_so_in_one_info_line(
+    driver: Driver, caplog: pytest.LogCaptureFixture
+) -> None:
+    decide_and_lose(driver)
+    again = replay(driver, {0: "10-aaaa", 1: "10-bbbb"})
+
+    with caplog.at_level(logging.INFO, logger="kafka_txn_sink.protocol.repair"):
+        driver.committer.commit(again, 0)
+
+    said = [r for r in caplog.records if r.name == "kafka_txn_sink.protocol.repair"]
+    assert [r.levelno for r in said] == [logging.INFO], [r.getMessage() for r in said]
+    assert said[0].getMessage() == (
+        f"batch 0 of sink {SINK}: repair 1 committed: 1 transaction the brokers aborted after "
+        f"the decision written again by the replay (10 rows)"
+    )
 
 
 def test_the_replay_is_matched_by_its_records_not_by_partition_index(driver: Driver) -> None:
