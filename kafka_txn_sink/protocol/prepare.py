@@ -28,7 +28,7 @@ import pyarrow as pa
 from pyspark import TaskContext
 
 from kafka_txn_sink import failpoints
-from kafka_txn_sink.commit_log import open_commit_log
+from kafka_txn_sink.commit_log import CommitLog, open_commit_log
 from kafka_txn_sink.errors import CommitLogError, ConfigError, QueryIdMismatchError
 from kafka_txn_sink.kafka.producer import TaskTransaction
 from kafka_txn_sink.options import SinkOptions
@@ -194,7 +194,10 @@ def repair_level(plan: TaskPlan, batch_id: int) -> int:
         return 0
     options = plan.options
     commit_log = open_commit_log(options.commit_log, options.s3, options.commit_log_format)
-    return 0 if commit_log.repair(batch_id, repair.level) is not None else repair.level
+    if commit_log.repair(batch_id, repair.level) is not None:
+        return 0
+    _check_visible(commit_log, options)  # else "the level is free" would be a guess
+    return repair.level
 
 
 def current_task(plan: TaskPlan) -> TaskIdentity:
@@ -335,12 +338,22 @@ def decided(plan: TaskPlan, batch_id: int) -> bool:
     commit_log = open_commit_log(options.commit_log, options.s3, options.commit_log_format)
     if commit_log.has_decision(batch_id):
         return True
+    _check_visible(commit_log, options)
+    return False
+
+
+def _check_visible(commit_log: CommitLog, options: SinkOptions) -> None:
+    """A task's "not in the log" is believed only where the log the driver claimed is visible.
+
+    Raises:
+        CommitLogError: this task cannot see the log's claim (`_sink.json`, or the Delta
+            table's sink row).
+    """
     if commit_log.sink_meta() is None:
         raise CommitLogError(
             f"this task cannot see the commit log at commitLog={options.commit_log} "
             f"({commit_log.uri}): the driver claimed it before the batch started, but it holds "
             "no claim here. Executors must reach the same commitLog location as the driver "
             "(an s3:// path, or a volume mounted on every node; not a path local to the "
-            "driver), since each task checks there that its batch is not decided already"
+            "driver), since each task checks there whether its batch is decided already"
         )
-    return False

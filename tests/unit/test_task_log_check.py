@@ -58,3 +58,28 @@ def test_a_task_reads_decided_undecided_and_aborted_batches(tmp_path: Path, fmt:
     assert decided(plan, 2)
     assert not decided(plan, 3)  # round 0 aborted: the replay prepares again
     assert not decided(plan, 4)
+
+
+@pytest.mark.parametrize("fmt", ["json", "delta"])
+def test_a_replay_task_that_cannot_see_the_log_fails_instead_of_taking_its_repair_level(
+    tmp_path: Path, fmt: str
+) -> None:
+    """N9: on the repair path the batch is known decided from the plan; a task that cannot see
+    the log must not read "this level is free" there either (it would write the level again
+    after another attempt's repair was recorded, fencing a repair participant)."""
+    from dataclasses import replace
+
+    from kafka_txn_sink.protocol.prepare import repair_level
+    from kafka_txn_sink.protocol.repair import RepairPlan
+
+    executor_view = tmp_path / "driver-only" / "log"
+    plan = replace(
+        _plan(executor_view, fmt),
+        columns=object(),  # type: ignore[arg-type]
+        last_decided=3,
+        repair=RepairPlan(3, 1, ()),
+    )
+    assert decided(plan, 3)
+
+    with pytest.raises(CommitLogError, match="Executors must reach the same commitLog"):
+        repair_level(plan, 3)
