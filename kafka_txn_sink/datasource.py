@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 from kafka_txn_sink.commit_worker import building_for_commit
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.group_options import CONSUMER_GROUP
+from kafka_txn_sink.group_options import SPARK_CHECKPOINT as CHECKPOINT
 from kafka_txn_sink.options import WRITE_ID, SinkOptions, parse_options
 from kafka_txn_sink.protocol.batch_writer import batch_writer_class
 from kafka_txn_sink.protocol.prepare import (
@@ -31,6 +32,7 @@ from kafka_txn_sink.protocol.start import BatchStart, start_batch, start_write
 from kafka_txn_sink.protocol.stream_writer import stream_writer_class
 from kafka_txn_sink.records.columns import plan_columns
 from kafka_txn_sink.serde.resolve import pinned, resolve
+from kafka_txn_sink.spark_checkpoint import check_not_behind
 
 NAME = "kafka_txn"
 
@@ -64,7 +66,11 @@ class KafkaTxnDataSource(DataSource):
             )
         if building_for_commit():
             return stream_writer_class()(_commit_plan(options, schema))
-        return stream_writer_class()(_plan(options, schema, start_batch))
+        plan = _plan(options, schema, start_batch)
+        checkpoint = next((v for k, v in self.options.items() if k.lower() == CHECKPOINT), "")
+        if checkpoint:
+            check_not_behind(checkpoint, plan.log_query_id, plan.last_decided, options.s3)
+        return stream_writer_class()(plan)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Validate, recover decided batches, and find the batch of the log this write is.

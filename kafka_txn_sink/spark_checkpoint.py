@@ -1,4 +1,5 @@
-"""Spark's streaming checkpoint, as far as the sink reads it: the end offsets of a batch.
+"""Spark's streaming checkpoint, as far as the sink reads it: the end offsets of a batch, and
+whether the checkpoint is older than the commit log (`check_not_behind`).
 
 Spark writes `offsets/N` (the end offsets of batch N, one JSON line per source after a version
 line and a metadata line) before it runs batch N, and `commits/N` once the sink committed it.
@@ -10,12 +11,15 @@ range with them (verify/checkpoint.py).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any
 
 from kafka_txn_sink.errors import ConfigError, KafkaTxnSinkError
 from kafka_txn_sink.protocol.messages import GroupOffsets
 from kafka_txn_sink.storage import S3Settings, Storage, open_storage, parse_location
+
+log = logging.getLogger(__name__)
 
 BATCH_FILE = re.compile(r"^(commits|offsets)/(\d+)$")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")
@@ -97,3 +101,49 @@ def source_offsets(text: str, skip: int) -> GroupOffsets:
             ):
                 found.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
     return found
+
+
+def check_not_behind(
+    uri: str, log_query_id: str | None, last_decided: int | None, s3: S3Settings | None
+) -> None:
+    """Refuse a checkpoint older than the commit log: a copy of the query's checkpoint
+    restored from before its last decided batch. Spark would plan the batches after the copy's
+    newest anew, with other input ranges, and the tasks would skip every one the log decided:
+    their new rows lost, silently. In `streamWriter()` the checkpoint's newest `offsets/N` is
+    the batch about to run, which is never below the log's last decided batch of the same query.
+
+    Raises:
+        ConfigError: the checkpoint's newest batch is below the log's last decided one.
+    """
+    if last_decided is None or not log_query_id:
+        return
+    try:
+        query_id = checkpoint_query_id(uri, s3)
+        newest = newest_batch(uri, s3)
+    except (KafkaTxnSinkError, OSError, ValueError) as exc:
+        # A location the sink does not read (abfss://, dbfs:/...), or one it may not: the
+        # check is a guard beside the protocol, and needs no permission the sink did not.
+        log.info("checkpointLocation %s not compared with the commit log: %s", uri, exc)
+        return
+    if query_id != log_query_id:
+        return  # another query's checkpoint: the tasks' query-id check refuses it
+    if newest is not None and newest >= last_decided:
+        return
+    raise ConfigError(
+        f"checkpointLocation {uri} is older than the sink's commit log: its newest batch is "
+        f"{'none' if newest is None else newest}, but the log decided batch {last_decided} of "
+        f"the same query ({log_query_id}). A copy of the checkpoint from before that batch was "
+        f"restored; running it would plan the decided batches again with other input and skip "
+        f"their rows. Restore the checkpoint as it was after batch {last_decided}, or start "
+        f"over with a new checkpointLocation, sinkId and commitLog"
+    )
+
+
+def checkpoint_query_id(uri: str, s3: S3Settings | None) -> str | None:
+    """The query id in the checkpoint's `metadata` file, None without one."""
+    storage = _storage(uri, s3)
+    if not storage.exists("metadata"):
+        return None
+    body = json.loads(read_text(storage, "metadata", uri))
+    found = body.get("id") if isinstance(body, dict) else None
+    return str(found) if found else None
