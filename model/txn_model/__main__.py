@@ -78,6 +78,13 @@ def parse(argv: list[str]) -> Config:
         help="with --repair: a rejected repair design, to show its counterexample",
     )
     parser.add_argument(
+        "--reorder",
+        type=int,
+        default=0,
+        help="with --repair: task attempts (replays included) that produce their partition's "
+        "rows in another order; a repair matches by digest (flaw ordered-digest: order counts)",
+    )
+    parser.add_argument(
         "--offsets",
         choices=[o for o in OFFSETS if o],
         default="",
@@ -99,6 +106,8 @@ def parse(argv: list[str]) -> Config:
         parser.error("--repair needs --variant keyed --outcome-register")
     if args.offsets and not (args.repair or args.repair_flaw):
         parser.error("--offsets needs --repair")
+    if args.reorder and not (args.repair or args.repair_flaw):
+        parser.error("--reorder needs --repair (the order matters only to a repair's digest)")
     if args.slots < 2:
         parser.error("--slots must be at least 2 (a new run never takes the owner's slot)")
     return Config(
@@ -121,6 +130,7 @@ def parse(argv: list[str]) -> Config:
         txn_ids=args.txn_ids,
         repair=args.repair or bool(args.repair_flaw),
         repair_flaw=args.repair_flaw,
+        reorder=args.reorder,
         offsets=args.offsets,
         max_states=args.max_states,
     )

@@ -36,6 +36,7 @@ class Participant(NamedTuple):
 
     partition: int
     triple: Triple
+    order: int = 0  # the order its task produced the partition's rows in (`Config.reorder`)
 
 
 class Entry(NamedTuple):
@@ -49,6 +50,7 @@ class Entry(NamedTuple):
     round: int = 0  # decision and abort: the round of the batch's outcome key
     level: int = 0  # repair: its level (1, 2, ...); completion: the level it settles (0: decision)
     lost: tuple[int, ...] = ()  # completion (repairs): partitions whose transaction was aborted
+    refused: tuple[int, ...] = ()  # repair: lost partitions no replayed task's digest matched
 
     def key(self) -> tuple[Kind, int, int, int]:
         """What put-if-absent keys on: decisions and aborts share (batch, round); repairs and
@@ -69,8 +71,9 @@ class Entry(NamedTuple):
             lost = f", lost p{', p'.join(map(str, self.lost))}" if self.lost else ""
             return f"completion(batch {self.batch}{level}{lost})"
         if self.kind is Kind.REPAIR:
-            parts = ", ".join(str(p.triple) for p in self.participants)
-            return f"repair(batch {self.batch}{level}, run {self.run}: {parts})"
+            parts = ", ".join(str(p.triple) for p in self.participants) or "nothing"
+            refused = f", refused p{', p'.join(map(str, self.refused))}" if self.refused else ""
+            return f"repair(batch {self.batch}{level}, run {self.run}: {parts}{refused})"
         at = f" round {self.round}" if self.round else ""
         if self.kind is Kind.ABORT:
             return f"abort(batch {self.batch}{at}, run {self.run})"
@@ -241,22 +244,34 @@ def decided_triples(log: Log, variant: Variant) -> set[Triple]:
 def unrepaired(log: Log, batch: int) -> tuple[int, int, tuple[int, ...]] | None:
     """`(next level, highest level, partitions)`: the partitions of `batch` whose latest
     participant a completion records lost, and the level a repair of them takes; None when
-    there are none, or while a level of the batch has no completion yet."""
+    there are none, or while a level of the batch has no completion yet. A partition a repair
+    refused is lost for good: no later replay waits for it."""
     levels = {0: decisions(log, Variant.KEYED).get(batch), **repairs(log, batch)}
     if levels[0] is None:
         return None
     settled = {level: completion(log, batch, level) for level in levels}
     if any(done is None for done in settled.values()):
         return None
-    latest: dict[int, int] = {}  # partition -> the highest level naming it
+    latest: dict[int, int] = {}  # partition -> the highest level naming it (refused: lost)
     for level, entry in sorted(levels.items()):
         assert entry is not None
-        for participant in entry.participants:
-            latest[participant.partition] = level
+        for partition in (*(p.partition for p in entry.participants), *entry.refused):
+            latest[partition] = level
     recorded = {level: done.lost for level, done in settled.items() if done is not None}
     lost = tuple(p for p, level in sorted(latest.items()) if p in recorded[level])
     top = max(levels)
     return (top + 1, top, lost) if lost else None
+
+
+def latest_participants(log: Log, batch: int, below: int) -> dict[int, Participant]:
+    """Partition -> its participant at the highest level of `batch` below `below` naming it:
+    what a repair at level `below` writes again."""
+    levels = {0: decisions(log, Variant.KEYED).get(batch), **repairs(log, batch)}
+    found: dict[int, Participant] = {}
+    for level, entry in sorted(levels.items()):
+        if entry is not None and level < below:
+            found.update((p.partition, p) for p in entry.participants)
+    return found
 
 
 def choose_slot(log: Log, slots: int) -> int:

@@ -31,10 +31,12 @@ OFFSETS = ("", "participant", "fenced", "plain", "first", "blind")
 the progress participant the product builds, the fenced commit after the completion it builds
 for a group on another cluster, or a rejected design (README.md, "Consumer-group
 progress")."""
-REPAIR_FLAWS = ("", "loss-recorded", "in-doubt")
-"""Repair designs rejected (issue 26), each with its counterexample (README.md, "Repair rounds"):
-`loss-recorded`, Spark may record a batch once no loss is recorded (not: once every row is
-committed); `in-doubt`, a participant the brokers have not finished counts as lost."""
+REPAIR_FLAWS = ("", "loss-recorded", "in-doubt", "ordered-digest")
+"""Repair designs rejected (issues 26, 39), each with its counterexample (README.md, "Repair
+rounds"): `loss-recorded`, Spark may record a batch once no loss is recorded (not: once every
+row is committed); `in-doubt`, a participant the brokers have not finished counts as lost;
+`ordered-digest`, the digest a repair matches by includes the order of the records (the
+product's first digest, CRC streams over the records in order), not only which they are."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,12 @@ class Config:
     participants; a batch left with a loss fails. Needs `outcome_register`."""
     repair_flaw: str = ""
     """With `repair`: one of `REPAIR_FLAWS`, a rejected design in place of the sound one."""
+    reorder: int = 0
+    """Task attempts (those whose message the driver uses, replays included) that produce their
+    partition's rows in another order than the query's first computation (issue 39: a shuffle
+    before the sink). With `repair`, a replayed task repairs a lost participant only if their
+    digests are equal: the product's digest (a multiset) ignores the order, the flaw
+    `ordered-digest` does not."""
     offsets: str = ""
     """With `repair`: one of `OFFSETS` (offsets.py)."""
     progress: bool = False
@@ -127,6 +135,8 @@ class Config:
             parts.append(f"txn_ids={self.txn_ids}")
         if self.repair:
             parts.append(f"repair={self.repair_flaw}" if self.repair_flaw else "repair")
+        if self.reorder:
+            parts.append(f"reorder={self.reorder}")
         if self.offsets:
             parts.append(f"offsets={self.offsets}")
         if self.progress:

@@ -181,7 +181,7 @@ def _prepare_check(world: World, config: Config, driver: Driver) -> Iterator[Ste
 
 def _decide(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     """Put-if-absent per batch, with no look at the owner records."""
-    parts = tuple(Participant(m.partition, m.triple) for m in driver.messages if m.triple)
+    parts = tuple(Participant(m.partition, m.triple, m.order) for m in driver.messages if m.triple)
     existing = cl.decisions(world.log, KEYED).get(driver.batch)
     if existing is None:
         round_ = cl.next_round(world.log, driver.batch)
@@ -208,16 +208,24 @@ def _decide(world: World, config: Config, driver: Driver) -> Iterator[Step]:
 
 
 def _repair_check(world: World, config: Config, driver: Driver) -> Iterator[Step]:
-    closed = repair.not_open(world, driver)
+    """Pair the lost participants with replayed tasks by digest, abort the tasks left without
+    a pair, then check that the paired transactions are open."""
+    strays = repair.unmatched(world, config, driver)
+    aborted = ", ".join(str(m.triple) for m in strays)
+    world = repair.abort(world, strays)
+    text = f"aborts {aborted} (no lost participant has its digest); " if strays else ""
+    closed = repair.not_open(world, config, driver)
     if closed is not None:
-        yield _raise(world, driver, f"repair's prepare check: {closed} not open", Status.FAILED)
+        text += f"repair's prepare check: {closed} not open"
+        yield _raise(world, driver, text, Status.FAILED)
         return
-    yield say(driver, "repair's prepare check passes"), at_phase(world, driver, Phase.REPAIR_PUT)
+    text += "repair's prepare check passes"
+    yield say(driver, text), at_phase(world, driver, Phase.REPAIR_PUT)
 
 
 def _repair_put(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     """Put-if-absent per batch and level, like the decision; a refused put aborts its own."""
-    entry = repair.repair_entry(driver)
+    entry = repair.repair_entry(world, config, driver)
     world, holder = put_entry(world, entry)
     if holder == entry:
         yield say(driver, f"puts {entry}"), at_phase(world, driver, Phase.PHASE2)

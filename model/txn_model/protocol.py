@@ -76,7 +76,7 @@ def _with_tasks(world: World, tasks: list[Task]) -> World:
 
 def _task_order(task: Task) -> tuple[object, ...]:
     """A total order on tasks (a triple may be None), so equal sets of tasks are equal tuples."""
-    return (*task[:6], task.triple or ("", 0, 0), task.result, task.attempt, task.repair)
+    return (*task[:6], task.triple or ("", 0, 0), *task[7:])
 
 
 def _collected(world: World, task: Task) -> bool:
@@ -330,7 +330,8 @@ def _wait(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     if any(t.step is not TaskStep.DONE for t in mine):
         return
     messages = tuple(
-        Message(t.partition, t.result, t.triple) for t in sorted(mine, key=lambda t: t.partition)
+        Message(t.partition, t.result, t.triple, t.order)
+        for t in sorted(mine, key=lambda t: t.partition)
     )
     rest = [t for t in world.tasks if t not in mine]
     driver = driver._replace(messages=messages, phase=Phase.COMMIT_ROLL)
@@ -372,7 +373,7 @@ def _decide(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     if stop is not None:
         yield stop
         return
-    parts = tuple(Participant(m.partition, m.triple) for m in driver.messages if m.triple)
+    parts = tuple(Participant(m.partition, m.triple, m.order) for m in driver.messages if m.triple)
     existing = cl.decisions(world.log, config.variant).get(driver.batch)
     if existing is None:
         decision = Entry(Kind.DECISION, driver.run, batch=driver.batch, participants=parts)
@@ -443,7 +444,7 @@ def _sweep_abort(world: World, config: Config, driver: Driver) -> Iterator[Step]
 
 
 def _spark_commit(world: World, config: Config, driver: Driver) -> Iterator[Step]:
-    why = repair.not_done(world, config, driver.batch) if config.repair else ""
+    why = repair.not_done(world, config, driver) if config.repair else ""
     if why:
         yield (
             say(driver, f"{why}: the batch fails"),
@@ -550,6 +551,10 @@ def _task_produce(world: World, config: Config, index: int, task: Task) -> Itera
         f"{task.name()}: produces, flushes: prepared {task.triple}",
         _replace_task(world, index, done),
     )
+    reordered = repair.reordered(world, config, task)
+    if reordered is not None:
+        text = f"{task.name()}: produces its rows in another order, flushes: prepared"
+        yield f"{text} {task.triple}", _replace_task(reordered, index, done._replace(order=1))
     if _may_retry(world, config, task):
         text = f"{task.name()}: produces {task.triple}, then the attempt dies; Spark retries it"
         yield text, _retried(world, index, task)

@@ -65,6 +65,7 @@ class Message(NamedTuple):
     partition: int
     status: str  # "prepared", "skipped" or "failed"
     triple: Triple | None
+    order: int = 0  # the order its rows were produced in: 0 the first computation's, 1 another
 
 
 class Driver(NamedTuple):
@@ -134,6 +135,7 @@ class Task(NamedTuple):
     label: str = "run"  # its driver's label
     attempt: int = 0  # Spark's attempt number: a zombie 0, the attempt used beside it 1
     repair: int = 0  # repair: the level it writes for (0: the batch's first attempt)
+    order: int = 0  # the order it produced its rows in (`Config.reorder`)
 
     def name(self) -> str:
         """How traces name this attempt."""
@@ -151,6 +153,7 @@ class Used(NamedTuple):
     retries: int = 0
     zombies: int = 0
     late_writes: int = 0
+    reorders: int = 0
 
 
 class World(NamedTuple):

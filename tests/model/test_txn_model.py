@@ -455,6 +455,55 @@ def test_a_participant_being_committed_taken_for_lost_is_repaired_twice() -> Non
     assert "completion(batch 0, lost p0)" in result.trace[15]
 
 
+def test_a_replay_in_another_order_is_refused_by_an_ordered_digest() -> None:
+    """Issue 39, the rejected digest that includes the records' order: the replay writes the
+    lost partition's rows in another order, no lost participant has its digest, the repair
+    refuses the rows, and the original run, seeing nothing waiting, records the batch."""
+    config = replace(REPAIR, repair_flaw="ordered-digest", reorder=1)
+
+    result = explore(config)
+
+    assert result.violation == "query finished but rows of batch 0 partition 0 are missing"
+    assert len(result.trace) == 40
+    assert "produces its rows in another order" in result.trace[26]
+    assert "puts repair(batch 0 level 1, run 1: nothing, refused p0)" in result.trace[33]
+    assert result.trace[35] == "driver 0 b0: Spark records the batch; the query is done"
+    assert explore(replace(config, reorder=0)).ok  # the same order every time: repaired
+
+
+def test_rows_refused_once_stay_lost_after_a_restart() -> None:
+    """The product's story with runs one after another: the original run fails on the loss,
+    the first restart's repair refuses the reordered rows and raises once, the second restart
+    finds nothing waiting and goes on."""
+    config = replace(REPAIR, drivers=3, concurrent=False, reorder=1)
+
+    flawed = explore(replace(config, repair_flaw="ordered-digest"))
+
+    assert flawed.violation == "query finished but rows of batch 0 partition 0 are missing"
+    assert len(flawed.trace) == 54
+    assert "commit() raises once" in flawed.trace[39]
+    assert explore(config).ok
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        pytest.param({"reorder": 1}, id="replay-reordered"),
+        pytest.param(
+            {"reorder": 1, "drivers": 3, "concurrent": False, "timeouts": 2, "crashes": 1},
+            id="restarts",
+        ),
+    ],
+)
+def test_the_multiset_digest_repairs_a_replay_in_another_order(faults: dict[str, Any]) -> None:
+    """The product's digest (count and sum of per-record hashes) ignores the order: a replay
+    that writes the rows in another order repairs them, and a run that finishes has them."""
+    result = explore(replace(REPAIR, **faults))
+
+    assert result.ok, "\n".join([str(result.violation), *result.trace])
+    assert result.finished_after_repair > 0
+
+
 OFFSETS = replace(REPAIR, offsets="participant")
 OFFSETS_CONFIGS = [
     pytest.param({}, id="timeout"),
