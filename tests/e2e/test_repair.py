@@ -32,12 +32,14 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 N = 500  # batch 0 of 400 rows (maxOffsetsPerTrigger), batch 1 of 100
 
 
-def kill_at_batch_1_and_wait_for_the_timeout(pipeline: Pipeline, failpoint: str) -> list[str]:
+def kill_at_batch_1_and_wait_for_the_timeout(
+    pipeline: Pipeline, failpoint: str, master: str = "local[2,4]"
+) -> list[str]:
     """Run until `failpoint` of batch 1, SIGKILL the query, wait until the coordinators have
     aborted every transaction of the batch that was still open; the ids produced."""
     pipeline.options.update(PAST_TIMEOUT)
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
-    process = pipeline.start(f"{failpoint}=block@1")
+    process = pipeline.start(f"{failpoint}=block@1", master)
     pipeline.wait_reached(failpoint, process)
     kill_group(process)
     decision = pipeline.open_log().decision(1)

@@ -54,15 +54,20 @@ def reordering_topic(prefix: str) -> str:
             return name
 
 
-@pytest.fixture
-def shuffled(pipeline: Pipeline) -> Iterator[Pipeline]:
-    """The pipeline reading a topic whose map tasks a replay numbers differently, writing to
-    one with an output partition for each of the 4 shuffle partitions pipeline.py sets."""
+def reading_a_reordering_topic(pipeline: Pipeline) -> Pipeline:
+    """`pipeline` reading a topic whose map tasks a replay numbers differently, writing to one
+    with an output partition for each of the 4 shuffle partitions pipeline.py sets."""
     pipeline.input = reordering_topic("in")
     pipeline.output = f"out4_{uuid.uuid4().hex[:10]}"
     create_topics(pipeline.bootstrap, INPUT_PARTITIONS, pipeline.input)
     create_topics(pipeline.bootstrap, 4, pipeline.output)
-    yield pipeline
+    return pipeline
+
+
+@pytest.fixture
+def shuffled(pipeline: Pipeline) -> Iterator[Pipeline]:
+    """The pipeline on a reordering topic (`reading_a_reordering_topic`)."""
+    yield reading_a_reordering_topic(pipeline)
 
 
 def first_and_replayed_orders(pipeline: Pipeline) -> dict[int, tuple[list[bytes], list[bytes]]]:

@@ -22,6 +22,11 @@ from tests.e2e.harness import (
     produce_ids,
     wait_until,
 )
+from tests.e2e.test_repair import kill_at_batch_1_and_wait_for_the_timeout
+from tests.e2e.test_repair_shuffled import (
+    assert_repaired_in_another_order,
+    reading_a_reordering_topic,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -110,3 +115,23 @@ def test_driver_killed_after_its_decision_then_restarted(
     assert outcome.returncode == 0, outcome.error
     assert_exactly_once(on_cluster, ids)
 
+
+
+def test_a_shuffled_query_replayed_in_another_order_is_repaired_on_two_workers(
+    on_cluster: Pipeline, cluster: SparkCluster
+) -> None:
+    """Issue 39 on a cluster: `repartition(2, key)` before the sink, the driver killed after
+    batch 1's decision and restarted past the transaction timeout; the reduce tasks fetch the
+    map outputs in another order (another map-task numbering, and their executor's own blocks
+    first), and the repair takes the replay."""
+    shuffled = reading_a_reordering_topic(on_cluster)
+    shuffled.partitions = 2
+    shuffled.shape = ["--repartition-by", "key", "--partition-by-task"]
+    ids = kill_at_batch_1_and_wait_for_the_timeout(
+        shuffled, "driver.after_decision", cluster.master_url
+    )
+
+    restarted = shuffled.run(master=cluster.master_url)
+
+    assert restarted.returncode == 0, restarted.error
+    assert_repaired_in_another_order(shuffled, ids)
