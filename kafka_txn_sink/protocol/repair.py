@@ -13,7 +13,9 @@ records per input partition again. This module turns that replay into a repair:
    transaction, unless that level is recorded already; the task's message carries the records'
    digest (records/digest.py);
 3. commit (driver, `Repairer`): each lost participant is matched to the replayed transaction
-   with the same digest (Spark's Kafka source does not keep partition indexes on a replay);
+   with the same digest (Spark's Kafka source does not keep partition indexes on a replay),
+   and the lost ones left to the remaining replayed transactions together when their records
+   together are the same (rows that moved between tasks: `match`);
    the matched ones must still be open, then the repair record is put put-if-absent per
    (batch, level), naming the new participants, the lost triples they replace and the lost
    ones no replayed task wrote again (`refused`: kept lost for good). Another run's repair of
@@ -55,6 +57,7 @@ from kafka_txn_sink.protocol.messages import (
     now_ms,
 )
 from kafka_txn_sink.protocol.runs import RunRef, check_current, check_decided_by
+from kafka_txn_sink.records.digest import combine
 
 if TYPE_CHECKING:
     from kafka_txn_sink.protocol.task_commit import TaskCommit
@@ -288,8 +291,9 @@ class Repairer:
         """Match, check and put the repair of `level`; the repair that holds the level, and
         whether it is ours."""
         rows = [x for x in waiting if x.partition != PROGRESS_PARTITION]
-        matched, refused = match(rows, [t for t in tasks if t.status == "prepared"])
-        chosen = {t.prepared_triple for t, _ in matched}
+        found = match(rows, [t for t in tasks if t.status == "prepared"])
+        refused = found.refused
+        chosen = {t.prepared_triple for t in found.tasks}
         self._abort(t for t in tasks if t.status == "prepared" and t.triple not in chosen)
         progress_lost = [x for x in waiting if x.partition == PROGRESS_PARTITION]
         progress = self._open_progress(decision.batch_id) if progress_lost else ()
@@ -297,8 +301,8 @@ class Repairer:
         if not progress:  # without option consumerGroup now: its offsets stay uncommitted
             refusals += [replace(x, reason=f"{x.reason}; {NO_GROUP}") for x in progress_lost]
             progress_lost = []
-        participants = (*(Participant.from_task(t) for t, _ in matched), *progress)
-        repaired = [*(x.triple for _, x in matched), *(x.triple for x in progress_lost)]
+        participants = (*(Participant.from_task(t) for t in found.tasks), *progress)
+        repaired = [*(x.triple for x in found.repaired), *(x.triple for x in progress_lost)]
         try:
             repair = self._checked(decision, level, participants, len(tasks), refusals, repaired)
         except BaseException:
@@ -377,21 +381,45 @@ class Repairer:
             self._settler.abort(triples)
 
 
-def match(
-    waiting: Sequence[LostParticipant], tasks: Sequence[TaskCommit]
-) -> tuple[list[tuple[TaskCommit, LostParticipant]], list[LostParticipant]]:
+@dataclass(frozen=True)
+class Match:
+    """What a repair takes of a replay: `tasks`, the replayed transactions it commits, for
+    `repaired`, the lost participants whose records they hold; `refused`, the lost ones no
+    replayed records match."""
+
+    tasks: tuple[TaskCommit, ...]
+    repaired: tuple[LostParticipant, ...]
+    refused: tuple[LostParticipant, ...]
+
+
+def match(waiting: Sequence[LostParticipant], tasks: Sequence[TaskCommit]) -> Match:
     """Pair each lost participant with a replayed task that wrote the same records (the same
-    digest, which counts them); the pairs, and the lost ones without a pair."""
+    digest, which counts them: their order does not matter). Then, if lost ones remain, take
+    every remaining replayed task for all of them together when their records together are
+    the same (records/digest.py `combine`): a replay that moved rows between tasks, as Spark's
+    round-robin `repartition(n)` does when a replay numbers the map tasks anew. Records of a
+    participant that was not lost are never among the lost ones, so a partial loss whose rows
+    moved is refused, never written twice."""
     free = list(tasks)
-    matched, refused = [], []
+    taken: list[TaskCommit] = []
+    repaired: list[LostParticipant] = []
+    rest: list[LostParticipant] = []
     for lost in waiting:
         found = next((t for t in free if lost.digest and t.digest == lost.digest), None)
         if found is None:
-            refused.append(lost)
+            rest.append(lost)
         else:
             free.remove(found)
-            matched.append((found, lost))
-    return matched, refused
+            taken.append(found)
+            repaired.append(lost)
+    if rest and free and _same_records(rest, free):
+        return Match((*taken, *free), (*repaired, *rest), ())
+    return Match(tuple(taken), tuple(repaired), tuple(rest))
+
+
+def _same_records(lost: Sequence[LostParticipant], tasks: Sequence[TaskCommit]) -> bool:
+    together = combine(x.digest for x in lost)
+    return together is not None and together == combine(t.digest for t in tasks)
 
 
 def _describe(lost: Sequence[LostParticipant]) -> str:

@@ -128,3 +128,27 @@ def test_a_streaming_deduplication_replayed_in_another_order_is_repaired(
 
     assert restarted.returncode == 0, restarted.error
     assert_repaired_in_another_order(shuffled, ids)
+
+
+def test_round_robin_repartition_replayed_with_rows_in_other_tasks_is_repaired(
+    shuffled: Pipeline,
+) -> None:
+    """`repartition(2)` without keys deals each map task's rows round robin from a position
+    drawn from the map task's number, which the replay changes: the reduce tasks get other
+    rows. The batch was lost whole, so the repair takes the replay's tasks together. (Records
+    are partitioned by key here: a partition column of the task's number would make the moved
+    rows other records.)"""
+    shuffled.partitions = 2
+    ids = kill_at_batch_1_and_wait_for_the_timeout(shuffled, "driver.after_decision")
+
+    restarted = shuffled.run()
+
+    assert restarted.returncode == 0, restarted.error
+    assert_exactly_once(shuffled, ids)
+    log = shuffled.open_log()
+    completion, repair = log.completion(1), log.repair(1, 1)
+    assert completion is not None and repair is not None
+    assert len(completion.lost) == len(repair.repaired) == 2 and repair.refused == ()
+    # No replayed task holds a lost one's records: the rows moved between tasks.
+    lost_digests = {x.digest for x in completion.lost}
+    assert not lost_digests & {p.digest for p in repair.participants}, lost_digests

@@ -20,6 +20,7 @@ from kafka_txn_sink.protocol.recover import sink_holdings
 from kafka_txn_sink.protocol.repair import batch_levels, latest_word, plan_repair
 from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.task_commit import TaskCommit
+from kafka_txn_sink.records.digest import DigestingTransaction
 from tests.unit.test_decide import SINK, Driver, driver, ends
 
 __all__ = ["driver"]
@@ -265,3 +266,61 @@ def test_a_level_put_above_ours_meanwhile_does_not_let_the_batch_through(
 
     with pytest.raises((SupersededError, TransactionCompletionError)):
         driver.committer.commit(ours, 0)
+
+
+def records_digest(*values: bytes) -> str:
+    """The digest a task that wrote `values` (no keys) to topic out reports."""
+    txn = DigestingTransaction(_Discard())
+    txn.send_many("out", list(values), None)
+    return txn.digest()
+
+
+class _Discard:
+    def send(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def send_many(self, *_: Any, **__: Any) -> None:
+        pass
+
+
+FIRST = {0: records_digest(b"a", b"b"), 1: records_digest(b"c", b"d")}
+# The replay's tasks hold the same four rows split otherwise (round-robin repartition(n)).
+REGROUPED = {0: records_digest(b"a", b"c"), 1: records_digest(b"b", b"d")}
+
+
+def test_a_batch_lost_whole_is_repaired_by_a_replay_that_moved_rows_between_tasks(
+    driver: Driver,
+) -> None:
+    tasks = [task(driver, p, d) for p, d in FIRST.items()]
+    lose(driver, *tasks)
+    with pytest.raises(TransactionLostError):
+        driver.committer.commit(tasks, 0)
+    driver.txn_admin.failing.clear()
+    driver.cluster.answer = Fate.COMMITTED
+    again = replay(driver, REGROUPED)
+
+    driver.committer.commit(again, 0)  # no raise: the batch's rows are all written again
+
+    repair = driver.log.repair(0, 1)
+    assert repair is not None and repair.refused == ()
+    assert {p.triple for p in repair.participants} == {t.prepared_triple for t in again}
+    assert set(repair.repaired) == {t.prepared_triple for t in tasks}
+    assert {t.prepared_triple for t in again} <= set(ends(driver, commit=True))
+
+
+def test_a_partial_loss_whose_rows_moved_is_refused_not_written_twice(driver: Driver) -> None:
+    tasks = [task(driver, p, d) for p, d in FIRST.items()]
+    lose(driver, tasks[1])  # partition 0's rows (a, b) are committed
+    with pytest.raises(TransactionLostError):
+        driver.committer.commit(tasks, 0)
+    driver.txn_admin.failing.clear()
+    driver.cluster.answer = Fate.COMMITTED
+    again = replay(driver, REGROUPED)
+
+    with pytest.raises(TransactionLostError, match="did not write the same records"):
+        driver.committer.commit(again, 0)
+
+    repair = driver.log.repair(0, 1)
+    assert repair is not None and repair.participants == ()
+    assert [x.partition for x in repair.refused] == [1]
+    assert not {t.prepared_triple for t in again} & set(ends(driver, commit=True))
