@@ -274,7 +274,7 @@ class Committer:
                 f"tasks of batch {batch_id} found it decided, but the commit log "
                 f"{self._options.commit_log} has no decision for it; was the log changed?"
             )
-        participants = tuple(Participant.from_task(t) for t in tasks if t.status == "prepared")
+        participants = tuple(t.participant() for t in tasks if t.status == "prepared")
         progress = self._open_progress(batch_id)
         try:
             decision = self._checked(tasks, batch_id, query_id, round_, (*participants, *progress))

@@ -11,12 +11,9 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from kafka_txn_sink.errors import CommitLogError
-
-if TYPE_CHECKING:
-    from kafka_txn_sink.protocol.task_commit import TaskCommit
 
 FORMAT_VERSION = 2  # 2: digests and repairs; a version-1 sink refuses such records as newer
 # A decision with a progress participant (consumerGroup): a version-2 sink, which would end it
@@ -159,25 +156,6 @@ class Participant:
         if self.progress is not None:
             return f"the progress of consumer group {self.progress.group}"
         return f"Spark partition {self.partition}"
-
-    @classmethod
-    def from_task(cls, task: TaskCommit) -> Participant:
-        """The participant a prepared task's message describes.
-
-        Raises:
-            ValueError: the task did not prepare a transaction.
-        """
-        if task.status != "prepared":
-            raise ValueError(f"task {task.partition} is {task.status}, not prepared")
-        return cls(
-            partition=task.partition,
-            attempt=task.attempt,
-            triple=task.prepared_triple,
-            rows=task.rows,
-            offsets=task.offsets,
-            files=task.files,
-            digest=task.digest,
-        )
 
 
 @dataclass(frozen=True)

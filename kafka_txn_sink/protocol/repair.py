@@ -301,7 +301,7 @@ class Repairer:
         if not progress:  # without option consumerGroup now: its offsets stay uncommitted
             refusals += [replace(x, reason=f"{x.reason}; {NO_GROUP}") for x in progress_lost]
             progress_lost = []
-        participants = (*(Participant.from_task(t) for t in found.tasks), *progress)
+        participants = (*(t.participant() for t in found.tasks), *progress)
         repaired = [*(x.triple for x in found.repaired), *(x.triple for x in progress_lost)]
         try:
             repair = self._checked(decision, level, participants, len(tasks), refusals, repaired)

@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from kafka_txn_sink.protocol.messages import FileRef, OffsetRanges, SchemaUse, TaskStatus, Triple
+from kafka_txn_sink.protocol.messages import (
+    FileRef,
+    OffsetRanges,
+    Participant,
+    SchemaUse,
+    TaskStatus,
+    Triple,
+)
 
 
 @dataclass(frozen=True)
@@ -42,3 +49,19 @@ class TaskCommit(WriterCommitMessage):
         if self.triple is None:
             raise ValueError(f"task {self.partition} of batch {self.batch_id} has no transaction")
         return self.triple
+
+    def participant(self) -> Participant:
+        """The participant this prepared task's message describes.
+
+        Raises:
+            ValueError: the task did not prepare a transaction.
+        """
+        return Participant(
+            partition=self.partition,
+            attempt=self.attempt,
+            triple=self.prepared_triple,
+            rows=self.rows,
+            offsets=self.offsets,
+            files=self.files,
+            digest=self.digest,
+        )

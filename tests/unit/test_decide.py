@@ -394,7 +394,7 @@ def test_the_newer_run_completes_a_batch_the_older_run_decided_first(driver: Dri
     _, new = two_runs(driver)
     old_tasks = [run_task(driver, 2, p, slot=0) for p in range(2)]
     new_tasks = [run_task(driver, 2, p, slot=1) for p in range(2)]
-    participants = tuple(Participant.from_task(t) for t in old_tasks)
+    participants = tuple(t.participant() for t in old_tasks)
     driver.log.put_decision(Decision(SINK, QUERY, 2, participants, 2, 20, now_ms(), run=0))
 
     new.commit(new_tasks, 2)
@@ -449,7 +449,7 @@ def test_a_decision_conflict_with_an_older_runs_decision_rolls_it_forward(
     old_tasks = [run_task(driver, 2, p, slot=0) for p in range(2)]
     new_tasks = [run_task(driver, 2, p, slot=1) for p in range(2)]
     older = Decision(
-        SINK, QUERY, 2, tuple(Participant.from_task(t) for t in old_tasks), 2, 20, now_ms(), run=0
+        SINK, QUERY, 2, tuple(t.participant() for t in old_tasks), 2, 20, now_ms(), run=0
     )
     put = driver.log.put_decision
 
