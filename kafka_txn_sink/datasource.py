@@ -20,7 +20,8 @@ from kafka_txn_sink.commit_worker import building_for_commit
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.group_options import CONSUMER_GROUP
 from kafka_txn_sink.group_options import SPARK_CHECKPOINT as CHECKPOINT
-from kafka_txn_sink.options import WRITE_ID, SinkOptions, parse_options
+from kafka_txn_sink.option_extras import checked_options
+from kafka_txn_sink.options import WRITE_ID, SinkOptions
 from kafka_txn_sink.protocol.batch_writer import batch_writer_class
 from kafka_txn_sink.protocol.prepare import (
     SPECULATION,
@@ -58,7 +59,7 @@ class KafkaTxnDataSource(DataSource):
             raise ConfigError(
                 "output mode complete is not supported: kafka_txn appends; use outputMode append"
             )
-        options = parse_options(self.options)
+        options = checked_options(self.options)
         if options.write_id is not None:
             raise ConfigError(
                 f"option {WRITE_ID} is for batch writes (df.write) only; a streaming query's "
@@ -84,7 +85,7 @@ class KafkaTxnDataSource(DataSource):
             raise ConfigError(
                 'save mode overwrite is not supported: kafka_txn appends; use mode("append")'
             )
-        options = parse_options(self.options)
+        options = checked_options(self.options)
         write_id = options.write_id
         if options.progress is not None:
             raise ConfigError(

@@ -4,7 +4,7 @@ The core install runs records mode with a JSON commit log on a local or mounted 
 feature comes with an extra: files mode (`files`), an `s3://` location (`s3`), the Delta commit
 log (`delta`), a PKCS#12 keystore (`keystore`), the verifier (`verify`), record formats of a
 Schema Registry (`registry`, and `protobuf` for that format); `all` has them all. The
-driver checks the options at its start (`check_install`, called by `options.parse_options`) and
+driver checks the options at its start (`option_extras.check_install`) and
 the command line checks its arguments (`require`), so that a missing extra is one clear error
 naming the option and the `pip install` line, never an ImportError in a task.
 """
@@ -13,13 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.kafka.client_versions import POLARS_AVRO, check, check_clients
-
-if TYPE_CHECKING:
-    from kafka_txn_sink.options import SinkOptions
 
 DISTRIBUTION = "kafka-txn-sink"
 
@@ -51,40 +46,9 @@ def _importable(name: str) -> bool:
         return False
 
 
-def needs(options: SinkOptions) -> list[tuple[str, str]]:
-    """(what needs it, the extra) for each extra the sink's options use."""
-    found = location_needs("option commitLog", options.commit_log)
-    if options.commit_log_format == "delta":
-        found.append(("option commitLogFormat=delta", "delta"))
-    if options.files is not None:
-        found.append(("option path (files mode)", "files"))
-        found += location_needs("option path", options.files.path)
-    for f in options.serde.fields():
-        found.append((f"option {f.column}Format={f.format}", "registry"))
-        if f.format == "protobuf":
-            found.append((f"option {f.column}Format=protobuf", "protobuf"))
-    if any(key.lower() == "ssl.keystore.location" for key in options.kafka):
-        found.append(("option kafka.ssl.keystore.location", "keystore"))
-    return found
-
-
 def location_needs(what: str, location: str | None) -> list[tuple[str, str]]:
     """[(`what=s3://...`, "s3")] for an S3 location, else nothing."""
     return [(f"{what}=s3://...", "s3")] if location and location.startswith("s3://") else []
-
-
-def check_install(options: SinkOptions) -> None:
-    """Refuse options whose extras are not installed (all of them in one message), and Kafka
-    clients (and in files mode polars-avro) outside their tested versions.
-
-    Raises:
-        MissingExtraError: names each option, its extra and the `pip install` line.
-        ConfigError: a client's version is outside its tested range (client_versions.py).
-    """
-    require_all(needs(options))
-    check_clients()
-    if options.files is not None:
-        check(POLARS_AVRO)
 
 
 def require(what: str, extra: str) -> None:

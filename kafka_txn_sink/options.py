@@ -16,7 +16,6 @@ from typing import Any
 from kafka_txn_sink import margin
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.extras import check_install
 from kafka_txn_sink.group_options import (
     GROUP_KAFKA_PREFIX,
     GROUP_OPTIONS,
@@ -416,7 +415,6 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
             f"options {KEY_FORMAT} and {VALUE_FORMAT} are for records mode (option {TOPIC}); "
             f"files mode writes Avro files of its own schema"
         )
-    check_install(parsed)  # on the driver, before any task: a missing extra is a clear error
     return parsed
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from kafka_txn_sink import extras
+from kafka_txn_sink import option_extras
 from kafka_txn_sink.cli import main
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.extras import EXTRAS, MissingExtraError
 from kafka_txn_sink.kafka import client_versions
-from kafka_txn_sink.options import parse_options
+from kafka_txn_sink.option_extras import checked_options
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "sinkId": "orders", "commitLog": "/tmp/log"}
 FILES = {"path": "/tmp/files", "referencesTopic": "refs"}
@@ -43,9 +43,9 @@ def without(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
 def test_the_core_options_need_no_extra(without: Callable[..., None]) -> None:
     without(*{module for modules in EXTRAS.values() for module in modules})
 
-    options = parse_options({**BASE, "topic": "out"})
+    options = checked_options({**BASE, "topic": "out"})
 
-    assert extras.needs(options) == []
+    assert option_extras.needs(options) == []
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_an_option_without_its_extra_is_refused_by_name_with_the_install_line(
     without("boto3", "botocore", "deltalake", "cryptography")
 
     with pytest.raises(MissingExtraError) as raised:
-        parse_options({**BASE, **options})
+        checked_options({**BASE, **options})
 
     assert str(raised.value) == message
 
@@ -85,7 +85,7 @@ def test_files_mode_on_s3_names_both_extras_in_one_install_line(
     without("fastavro", "boto3")
 
     with pytest.raises(MissingExtraError) as raised:
-        parse_options({**BASE, **FILES, "path": "s3://bucket/files"})
+        checked_options({**BASE, **FILES, "path": "s3://bucket/files"})
 
     assert str(raised.value) == (
         "option path (files mode) needs the files extra (fastavro not installed); "
@@ -97,9 +97,9 @@ def test_files_mode_on_s3_names_both_extras_in_one_install_line(
 def test_an_installed_extra_passes(without: Callable[..., None]) -> None:
     without("deltalake")  # not needed by these options
 
-    options = parse_options({**BASE, **FILES, "commitLog": "s3://bucket/log"})
+    options = checked_options({**BASE, **FILES, "commitLog": "s3://bucket/log"})
 
-    assert [extra for _, extra in extras.needs(options)] == ["s3", "files"]
+    assert [extra for _, extra in option_extras.needs(options)] == ["s3", "files"]
 
 
 def test_the_cli_names_the_extra_of_an_s3_log(
@@ -153,10 +153,10 @@ def test_a_kafka_client_outside_the_tested_range_is_refused_by_name(
     client_versions.check_clients.cache_clear()
 
     if not refused:
-        parse_options({**BASE, "topic": "out"})
+        checked_options({**BASE, "topic": "out"})
         return
     with pytest.raises(ConfigError) as raised:
-        parse_options({**BASE, "topic": "out"})
+        checked_options({**BASE, "topic": "out"})
     supported = next(s for s in client_versions.CLIENTS if s.distribution == distribution)
     assert str(raised.value) == (
         f"{distribution} {found} is installed, but the sink is tested with {distribution} "

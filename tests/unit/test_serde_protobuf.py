@@ -28,7 +28,7 @@ from pyspark.sql.types import (
 
 from kafka_txn_sink.errors import ConfigError, InputError
 from kafka_txn_sink.extras import MissingExtraError
-from kafka_txn_sink.options import parse_options
+from kafka_txn_sink.option_extras import checked_options
 from kafka_txn_sink.serde.encode import FieldEncoder
 from kafka_txn_sink.serde.protobuf import (
     ProtoSchemaError,
@@ -85,18 +85,18 @@ def test_protobuf_without_its_schema_is_refused_naming_the_option(column: str) -
     options = {**BASE, **PROTOBUF, "valueFormat": "raw", f"{column}Format": "protobuf"}
     message = f"option {column}Schema is required with {column}Format=protobuf: the message's"
     with pytest.raises(ConfigError, match="^" + re.escape(message)):
-        parse_options(options)
+        checked_options(options)
 
 
 def test_with_the_latest_version_protobuf_needs_no_schema() -> None:
-    serde = parse_options({**BASE, **PROTOBUF, "useLatestVersion": "true"}).serde
+    serde = checked_options({**BASE, **PROTOBUF, "useLatestVersion": "true"}).serde
     assert (serde.value.format, serde.value.schema, serde.use_latest) == ("protobuf", None, True)
 
 
 def test_the_proto_is_kept_as_given_for_the_registry_s_lookup_of_the_same_file() -> None:
     # Apicurio looks a .proto up by its bytes: the text registered from a file ends with its
     # newline, and the sink must send the same text.
-    serde = parse_options({**BASE, **PROTOBUF, "valueSchema": PROTO}).serde
+    serde = checked_options({**BASE, **PROTOBUF, "valueSchema": PROTO}).serde
     assert serde.value.schema == PROTO
 
 
@@ -111,7 +111,7 @@ def test_protobuf_without_its_extra_is_refused_with_the_install_line(
         lambda name, package=None: None if name == "grpc_tools" else real(name, package),
     )
     with pytest.raises(MissingExtraError) as caught:
-        parse_options({**BASE, **PROTOBUF, "valueSchema": PROTO})
+        checked_options({**BASE, **PROTOBUF, "valueSchema": PROTO})
     assert str(caught.value) == (
         "option valueFormat=protobuf needs the protobuf extra (grpc_tools not installed): "
         "pip install 'kafka-txn-sink[protobuf]'"
@@ -119,7 +119,7 @@ def test_protobuf_without_its_extra_is_refused_with_the_install_line(
 
 
 def test_a_column_that_is_not_a_struct_is_refused_before_the_registry_is_called() -> None:
-    serde = parse_options({**BASE, **PROTOBUF, "valueSchema": PROTO}).serde
+    serde = checked_options({**BASE, **PROTOBUF, "valueSchema": PROTO}).serde
     schema = StructType([StructField("value", StringType())])
     with pytest.raises(ConfigError, match=r"^option valueFormat=protobuf needs column value to "
                                           r"be a struct \(the message's fields\), not string"):
@@ -229,7 +229,7 @@ def test_a_string_for_bytes_or_binary_for_string_is_refused_before_the_registry_
 ) -> None:
     """protobuf's JSON mapping reads a string as base64 for a `bytes` field: "abcd" would be
     written as three other bytes, silently."""
-    serde = parse_options({**BASE, **PROTOBUF, "valueSchema": PROTO}).serde
+    serde = checked_options({**BASE, **PROTOBUF, "valueSchema": PROTO}).serde
     schema = StructType([StructField("value", StructType([StructField(field, spark_type)]))])
     if found is None:
         with pytest.raises(Exception) as caught:  # the registry at 127.0.0.1:1 is asked: no check
