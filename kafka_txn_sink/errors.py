@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class KafkaTxnSinkError(Exception):
     """Root of every error the sink raises on purpose."""
@@ -17,6 +19,21 @@ class InputError(KafkaTxnSinkError):
 
 class QueryIdMismatchError(KafkaTxnSinkError):
     """The query writing now is not the one the commit log belongs to (checkpoint replaced)."""
+
+    @classmethod
+    def check(
+        cls, sink_id: str, log_uri: str, log_query_id: str | None, query_ids: Iterable[str]
+    ) -> None:
+        """Refuse any of `query_ids` that is not `log_query_id` (None: the log has no query).
+
+        Raises:
+            QueryIdMismatchError: the checkpoint was deleted or replaced (its batch ids start
+                again at 0), so batches would be skipped or mixed up silently.
+        """
+        foreign = sorted(q for q in query_ids if log_query_id and q != log_query_id)
+        if foreign:
+            assert log_query_id is not None
+            raise cls.for_log(sink_id, log_uri, log_query_id, foreign[0])
 
     @classmethod
     def for_log(

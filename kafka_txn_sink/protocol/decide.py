@@ -446,13 +446,8 @@ def check_query_id(commit_log: CommitLog, query_ids: set[str]) -> None:
             would be skipped or mixed up silently.
     """
     latest = commit_log.latest_decision()
-    if latest is None or not latest.query_id:
-        return
-    foreign = sorted(q for q in query_ids if q != latest.query_id)
-    if foreign:
-        raise QueryIdMismatchError.for_log(
-            latest.sink_id, commit_log.uri, latest.query_id, foreign[0]
-        )
+    if latest is not None:
+        QueryIdMismatchError.check(latest.sink_id, commit_log.uri, latest.query_id, query_ids)
 
 
 def _complete_messages(

@@ -317,11 +317,8 @@ def _close(outputs: list[TaskOutput]) -> tuple[FileRef, ...]:
 def _check_query_id(plan: TaskPlan, query_id: str) -> None:
     if plan.write is not None:
         return  # a batch write: the driver chose its batch; the log has a query id per write
-    if plan.log_query_id and query_id != plan.log_query_id:
-        options = plan.options
-        raise QueryIdMismatchError.for_log(
-            options.sink_id, options.commit_log, plan.log_query_id, query_id
-        )
+    options = plan.options
+    QueryIdMismatchError.check(options.sink_id, options.commit_log, plan.log_query_id, [query_id])
 
 
 def decided(plan: TaskPlan, batch_id: int) -> bool:
