@@ -9,6 +9,7 @@ and the input schema against each output, run the driver's start of a batch or o
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from pyspark.errors import AnalysisException
@@ -66,7 +67,7 @@ class KafkaTxnDataSource(DataSource):
                 f"batches are identified by its checkpoint: remove it"
             )
         if building_for_commit():
-            return stream_writer_class()(_commit_plan(options, schema))
+            return stream_writer_class()(_commit_plan(options))
         plan = _plan(options, schema, start_batch)
         checkpoint = next((v for k, v in self.options.items() if k.lower() == CHECKPOINT), "")
         if checkpoint:
@@ -130,24 +131,24 @@ def _plan(
     encodings = resolve(options.serde, schema, options.topic)
     started = start(options)
     repair_schemas = started.repair.schemas if started.repair else ()
-    return TaskPlan(
+    return replace(
+        _started_plan(started),
         options=task_options(started.options),
         columns=columns,
         files_plan=files_plan,
-        log_query_id=started.log_query_id,
-        last_decided=started.last_decided,
-        run=started.run,
-        write=started.write,
-        repair=started.repair,
         encodings=encodings,
         repair_encodings=pinned(options.serde, schema, repair_schemas, encodings),
     )
 
 
-def _commit_plan(options: SinkOptions, schema: StructType) -> TaskPlan:
+def _commit_plan(options: SinkOptions) -> TaskPlan:
     """The plan of the writer Spark builds again to run a batch's commit() or abort(), which
     use only its options and run: no registry, no consumer-group check (commit_worker.py)."""
-    started = start_batch(options, for_commit=True)
+    return _started_plan(start_batch(options, for_commit=True))
+
+
+def _started_plan(started: BatchStart) -> TaskPlan:
+    """What the driver's start found, as a plan without the outputs' parts."""
     return TaskPlan(
         options=started.options,
         columns=None,
@@ -155,6 +156,7 @@ def _commit_plan(options: SinkOptions, schema: StructType) -> TaskPlan:
         log_query_id=started.log_query_id,
         last_decided=started.last_decided,
         run=started.run,
+        write=started.write,
         repair=started.repair,
     )
 
