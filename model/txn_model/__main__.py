@@ -85,6 +85,15 @@ def parse(argv: list[str]) -> Config:
         "rows in another order; a repair matches by digest (flaw ordered-digest: order counts)",
     )
     parser.add_argument(
+        "--regroup",
+        type=int,
+        default=0,
+        help="with --repair: replays that assign the batch's rows to tasks otherwise (renumbered, "
+        "moved between tasks, all in one); a repair takes the replayed tasks left together for "
+        "the lost participants left when their digests add up (flaws per-task-only, "
+        "union-partial)",
+    )
+    parser.add_argument(
         "--offsets",
         choices=[o for o in OFFSETS if o],
         default="",
@@ -108,6 +117,14 @@ def parse(argv: list[str]) -> Config:
         parser.error("--offsets needs --repair")
     if args.reorder and not (args.repair or args.repair_flaw):
         parser.error("--reorder needs --repair (the order matters only to a repair's digest)")
+    if args.regroup and not (args.repair or args.repair_flaw):
+        parser.error("--regroup needs --repair")
+    if args.regroup and args.partitions < 2:
+        parser.error("--regroup needs --partitions 2 or more (one task has every row)")
+    if args.regroup and args.offsets:
+        parser.error("--regroup with --offsets is not modelled")
+    if args.repair_flaw in ("per-task-only", "union-partial") and not args.regroup:
+        parser.error(f"--repair-flaw {args.repair_flaw} needs --regroup")
     if args.slots < 2:
         parser.error("--slots must be at least 2 (a new run never takes the owner's slot)")
     return Config(
@@ -131,6 +148,7 @@ def parse(argv: list[str]) -> Config:
         repair=args.repair or bool(args.repair_flaw),
         repair_flaw=args.repair_flaw,
         reorder=args.reorder,
+        regroup=args.regroup,
         offsets=args.offsets,
         max_states=args.max_states,
     )
@@ -154,6 +172,12 @@ def report(result: Result) -> str:
             lines.append(f"final states finished after a repair: {result.finished_after_repair}")
         if result.config.offsets:
             lines.append(f"of them, the offsets repaired alone: {result.offsets_only_repairs}")
+        if result.config.regroup:
+            lines.append(
+                f"of them, after replayed tasks taken together: {result.finished_after_union}; "
+                f"with rows refused (no replayed transactions held exactly lost rows): "
+                f"{result.finished_with_refused}"
+            )
     else:
         lines.append("shortest trace:")
         lines += [f"  {i:2d}. {step}" for i, step in enumerate(result.trace, 1)]

@@ -17,7 +17,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from model.txn_model.config import Variant
-from model.txn_model.coordinator import Triple
+from model.txn_model.coordinator import Row, Triple
 
 
 class Kind(str, Enum):
@@ -37,6 +37,7 @@ class Participant(NamedTuple):
     partition: int
     triple: Triple
     order: int = 0  # the order its task produced the partition's rows in (`Config.reorder`)
+    group: int = 0  # which rows its task had (`Config.regroup`): 0, the first computation's
 
 
 class Entry(NamedTuple):
@@ -51,6 +52,9 @@ class Entry(NamedTuple):
     level: int = 0  # repair: its level (1, 2, ...); completion: the level it settles (0: decision)
     lost: tuple[int, ...] = ()  # completion (repairs): partitions whose transaction was aborted
     refused: tuple[int, ...] = ()  # repair: lost partitions no replayed task's digest matched
+    replayed: tuple[tuple[Row, ...], ...] = ()
+    """Repair, with `Config.regroup` only: the rows of each transaction the replay prepared.
+    Not in the product's record: the oracle's evidence of which refusals were unavoidable."""
 
     def key(self) -> tuple[Kind, int, int, int]:
         """What put-if-absent keys on: decisions and aborts share (batch, round); repairs and
@@ -242,25 +246,23 @@ def decided_triples(log: Log, variant: Variant) -> set[Triple]:
 
 
 def unrepaired(log: Log, batch: int) -> tuple[int, int, tuple[int, ...]] | None:
-    """`(next level, highest level, partitions)`: the partitions of `batch` whose latest
-    participant a completion records lost, and the level a repair of them takes; None when
-    there are none, or while a level of the batch has no completion yet. A partition a repair
-    refused is lost for good: no later replay waits for it."""
+    """`(next level, highest level, partitions)`: the partitions of `batch`'s highest level
+    whose participant its completion records lost, and the level a repair of them takes; None
+    when there are none, or while a level of the batch has no completion yet. Every repair takes
+    or refuses each lost participant waiting when it was planned (all of them at the level
+    below it: the levels below were settled then), so nothing below the highest level waits;
+    a participant a repair refused is lost for good. (Keyed by partition, as the model was
+    before issue 39, a repair whose task of another number holds the lost rows,
+    `Config.regroup`, would leave the lost partition waiting.)"""
     levels = {0: decisions(log, Variant.KEYED).get(batch), **repairs(log, batch)}
     if levels[0] is None:
         return None
-    settled = {level: completion(log, batch, level) for level in levels}
-    if any(done is None for done in settled.values()):
+    if any(completion(log, batch, level) is None for level in levels):
         return None
-    latest: dict[int, int] = {}  # partition -> the highest level naming it (refused: lost)
-    for level, entry in sorted(levels.items()):
-        assert entry is not None
-        for partition in (*(p.partition for p in entry.participants), *entry.refused):
-            latest[partition] = level
-    recorded = {level: done.lost for level, done in settled.items() if done is not None}
-    lost = tuple(p for p, level in sorted(latest.items()) if p in recorded[level])
     top = max(levels)
-    return (top + 1, top, lost) if lost else None
+    done = completion(log, batch, top)
+    assert done is not None
+    return (top + 1, top, done.lost) if done.lost else None
 
 
 def latest_participants(log: Log, batch: int, below: int) -> dict[int, Participant]:

@@ -31,12 +31,17 @@ OFFSETS = ("", "participant", "fenced", "plain", "first", "blind")
 the progress participant the product builds, the fenced commit after the completion it builds
 for a group on another cluster, or a rejected design (README.md, "Consumer-group
 progress")."""
-REPAIR_FLAWS = ("", "loss-recorded", "in-doubt", "ordered-digest")
+REPAIR_FLAWS = ("", "loss-recorded", "in-doubt", "ordered-digest", "per-task-only", "union-partial")
 """Repair designs rejected (issues 26, 39), each with its counterexample (README.md, "Repair
 rounds"): `loss-recorded`, Spark may record a batch once no loss is recorded (not: once every
 row is committed); `in-doubt`, a participant the brokers have not finished counts as lost;
 `ordered-digest`, the digest a repair matches by includes the order of the records (the
-product's first digest, CRC streams over the records in order), not only which they are."""
+product's first digest, CRC streams over the records in order), not only which they are.
+With `Config.regroup`: `per-task-only`, a repair pairs lost participants with replayed tasks
+one by one and never takes the remaining ones together (the matching before issue 39's union
+rule); `union-partial`, the union rule takes the remaining replayed tasks when their records
+together *include* the remaining lost participants' (a superset), not only when they are the
+same."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,14 @@ class Config:
     before the sink). With `repair`, a replayed task repairs a lost participant only if their
     digests are equal: the product's digest (a multiset) ignores the order, the flaw
     `ordered-digest` does not."""
+    regroup: int = 0
+    """Replays (repair launches) that assign the batch's rows to tasks otherwise than the
+    query's first computation (issue 39: Spark's round-robin `repartition(n)`, whose start
+    depends on the map task's number, which a replay may renumber). Each partition of the first
+    computation then holds two rows, and every task of a repair replay writes (as the product's
+    do), not only those of the lost partitions. A repair pairs lost participants with replayed
+    tasks by digest, then takes the remaining replayed tasks together for the remaining lost
+    participants when their digests together are equal (repair.py `matched`)."""
     offsets: str = ""
     """With `repair`: one of `OFFSETS` (offsets.py)."""
     progress: bool = False
@@ -137,6 +150,8 @@ class Config:
             parts.append(f"repair={self.repair_flaw}" if self.repair_flaw else "repair")
         if self.reorder:
             parts.append(f"reorder={self.reorder}")
+        if self.regroup:
+            parts.append(f"regroup={self.regroup}")
         if self.offsets:
             parts.append(f"offsets={self.offsets}")
         if self.progress:

@@ -46,8 +46,11 @@ class Outcome(str, Enum):
     INVALID_STATE = "INVALID_TXN_STATE"
 
 
-Row = tuple[int, int]
-"""One batch's rows of one Spark partition: (batch, partition). Every attempt writes the same."""
+Row = tuple[int, int, int]
+"""A row of the output: (batch, partition, index), the index-th row of the batch's Spark
+partition in the query's first computation. Without `Config.regroup` every partition holds one
+row (index 0), which stands for all its rows; with it, two, so that a replay can move some of a
+partition's rows to another task (repair.py `rows_of`)."""
 
 
 class Triple(NamedTuple):

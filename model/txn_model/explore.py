@@ -13,6 +13,7 @@ from model.txn_model.keyed import KEYED_PHASES
 from model.txn_model.offsets import PROGRESS
 from model.txn_model.oracle import final_violation, left_open, violation
 from model.txn_model.protocol import PHASES, successors
+from model.txn_model.repair import took_together
 from model.txn_model.state import Status, World, initial_world
 
 
@@ -34,6 +35,8 @@ class Result:
     stops: dict[str, int] = field(default_factory=dict)  # final states by how runs ended
     finished_after_repair: int = 0  # final states in which a run finished and a repair exists
     offsets_only_repairs: int = 0  # of those, with a repair of the batch's offsets alone
+    finished_after_union: int = 0  # final states in which a run finished after a union repair
+    finished_with_refused: int = 0  # final states in which a run finished, rows refused (excused)
 
     @property
     def ok(self) -> bool:
@@ -91,6 +94,10 @@ def _final(world: World, config: Config, result: Result) -> str | None:
         result.finished_after_repair += 1
     if finished and any({p.partition for p in e.participants} == {PROGRESS} for e in repairs):
         result.offsets_only_repairs += 1
+    if finished and config.regroup and any(e.refused for e in repairs):
+        result.finished_with_refused += 1
+    if finished and config.regroup and any(took_together(world, config, e) for e in repairs):
+        result.finished_after_union += 1
     return final_violation(world, config)
 
 

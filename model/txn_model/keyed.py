@@ -126,7 +126,7 @@ def _decided_check(world: World, config: Config, driver: Driver) -> Iterator[Ste
     if newer is not None:
         yield _superseded(world, config, driver, newer, f"commit(): run {newer} is newer")
         return
-    if any(m.status != "prepared" and m.status != "skipped" for m in driver.messages):
+    if any(m.status not in ("prepared", "skipped", "empty") for m in driver.messages):
         yield _raise(world, driver, "a task failed", Status.FAILED)
         return
     decision = cl.decisions(world.log, KEYED).get(driver.batch)
@@ -136,7 +136,7 @@ def _decided_check(world: World, config: Config, driver: Driver) -> Iterator[Ste
     elif decision.run > driver.number:
         what = f"batch decided by run {decision.run}"
         yield _superseded(world, config, driver, decision.run, what)
-    elif config.repair and repair.wants_repair(driver):
+    elif config.repair and repair.wants_repair(config, driver):
         text = f"batch decided by run {decision.run}; its repair's tasks prepared"
         following = _opening(config, driver, Phase.REPAIR_CHECK)
         yield say(driver, text), at_phase(world, driver, following)
@@ -181,7 +181,9 @@ def _prepare_check(world: World, config: Config, driver: Driver) -> Iterator[Ste
 
 def _decide(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     """Put-if-absent per batch, with no look at the owner records."""
-    parts = tuple(Participant(m.partition, m.triple, m.order) for m in driver.messages if m.triple)
+    parts = tuple(
+        Participant(m.partition, m.triple, m.order, m.group) for m in driver.messages if m.triple
+    )
     existing = cl.decisions(world.log, KEYED).get(driver.batch)
     if existing is None:
         round_ = cl.next_round(world.log, driver.batch)
@@ -208,12 +210,21 @@ def _decide(world: World, config: Config, driver: Driver) -> Iterator[Step]:
 
 
 def _repair_check(world: World, config: Config, driver: Driver) -> Iterator[Step]:
-    """Pair the lost participants with replayed tasks by digest, abort the tasks left without
-    a pair, then check that the paired transactions are open."""
+    """Pair the lost participants with replayed tasks by digest (with `Config.regroup`, then
+    the ones left with the tasks left, together), abort the tasks left without a pair, then
+    check that the taken transactions are open."""
+    found = repair.matched(world, config, driver)
+    text = ""
+    if found.together:
+        taken = ", ".join(str(m.triple) for m in found.together)
+        lost = ", ".join(f"p{p}" for p in found.lost_together)
+        how = "include" if config.repair_flaw == "union-partial" else "are"
+        text = f"takes {taken} together for lost {lost} (their records together {how} the lost"
+        text += " ones'); "
     strays = repair.unmatched(world, config, driver)
     aborted = ", ".join(str(m.triple) for m in strays)
     world = repair.abort(world, strays)
-    text = f"aborts {aborted} (no lost participant has its digest); " if strays else ""
+    text += f"aborts {aborted} (no lost participant has its digest); " if strays else ""
     closed = repair.not_open(world, config, driver)
     if closed is not None:
         text += f"repair's prepare check: {closed} not open"

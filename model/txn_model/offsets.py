@@ -44,7 +44,7 @@ from model.txn_model.coordinator import (
     preparing_ids,
     produce,
 )
-from model.txn_model.repair import COMMITTING
+from model.txn_model.repair import COMMITTING, batch_rows
 from model.txn_model.state import Driver, Message, Phase, World
 
 PROGRESS = -1
@@ -79,7 +79,7 @@ def open_progress(world: World, driver: Driver, slot: int) -> tuple[str, World, 
             driver,
         )
     assert triple is not None
-    coordinator, _ = produce(coordinator, triple, ((driver.batch, PROGRESS),))
+    coordinator, _ = produce(coordinator, triple, ((driver.batch, PROGRESS, 0),))
     messages = (*driver.messages, Message(PROGRESS, "prepared", triple))
     text = f"opens its progress transaction {triple} with the end offsets of batch {driver.batch}"
     return text, world._replace(coordinator=coordinator), driver._replace(messages=messages)
@@ -96,7 +96,7 @@ def needs_progress(driver: Driver, repairing: bool) -> bool:
 def batch_visible(world: World, config: Config, batch: int) -> bool:
     """Every row of `batch` is visible (the fate probe's answer for each of them)."""
     visible = {row for row, _ in world.visible}
-    return all((batch, p) in visible for p in range(config.partitions))
+    return all(row in visible for row in batch_rows(config, batch))
 
 
 def next_end(world: World, config: Config, entry: Entry) -> tuple[Triple, bool] | str | None:
@@ -120,7 +120,7 @@ def next_end(world: World, config: Config, entry: Entry) -> tuple[Triple, bool] 
 
 def applied(world: World, rows: tuple[Row, ...]) -> World:
     """The coordinator wrote commit markers for `rows`: the group takes any offsets among them."""
-    batches = [batch for batch, partition in rows if partition in (PROGRESS, ELSEWHERE)]
+    batches = [batch for batch, partition, _ in rows if partition in (PROGRESS, ELSEWHERE)]
     return take(world, batches[0]) if batches else world
 
 
@@ -137,12 +137,12 @@ def violation(world: World, config: Config) -> str | None:
         return f"group offsets moved back: batch {highest}'s, then batch {current}'s"
     visible = {row for row, _ in world.visible}
     for batch in range(current + 1):
-        for partition in range(config.partitions):
-            if (batch, partition) not in visible:
-                return (
-                    f"group offsets ahead of the output: the group holds batch {current}'s end "
-                    f"offsets, but rows of batch {batch} partition {partition} are not visible"
-                )
+        missing = [r[1] for r in batch_rows(config, batch) if r not in visible]
+        if missing:
+            return (
+                f"group offsets ahead of the output: the group holds batch {current}'s end "
+                f"offsets, but rows of batch {batch} partition {missing[0]} are not visible"
+            )
     return None
 
 
@@ -198,7 +198,7 @@ def fence_send(world: World, driver: Driver) -> tuple[str, World, bool]:
     """`fenced`: AddOffsetsToTxn and TxnOffsetCommit of the target; False when fenced."""
     assert driver.fence is not None
     triple, target = driver.fence
-    coordinator, outcome = produce(world.coordinator, triple, ((target, ELSEWHERE),))
+    coordinator, outcome = produce(world.coordinator, triple, ((target, ELSEWHERE, 0),))
     text = f"TxnOffsetCommit of batch {target}'s offsets in {triple}: {outcome.value}"
     return text, world._replace(coordinator=coordinator), outcome is Outcome.OK
 

@@ -305,12 +305,18 @@ def _launch(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     def attempt(partition: int, kind: AttemptKind) -> Task:
         return driver.attempt(driver.batch, partition, kind)
 
-    primaries = [attempt(p, AttemptKind.PRIMARY) for p in range(config.partitions)]
+    every = [attempt(p, AttemptKind.PRIMARY) for p in range(config.partitions)]
     level, lost = repair.plan(world, driver.batch) if config.repair else (0, ())
-    primaries = [t._replace(repair=level) if t.partition in lost else t for t in primaries]
+    primaries = [t._replace(repair=level) if t.partition in lost else t for t in every]
     launched = at_phase(world, driver._replace(repair=(level, lost)), Phase.WAIT)
     text = "launches the tasks" + (f", repair level {level} of p{lost}" if lost else "")
     yield say(driver, text), _with_tasks(launched, [*world.tasks, *primaries])
+    regrouped = repair.regrouped(launched, config, lost)
+    for group in range(1, len(repair.GROUPS)) if regrouped is not None else ():
+        assert regrouped is not None  # every task of a replay so regrouped writes
+        tasks = [*world.tasks, *(t._replace(repair=level, group=group) for t in every)]
+        shown = f"{text}; the replay has {repair.GROUPS[group]}"
+        yield say(driver, shown), _with_tasks(regrouped, tasks)
     if world.used.zombies < config.zombies:
         used = launched.used._replace(zombies=launched.used.zombies + 1)
         for p in range(config.partitions):
@@ -330,7 +336,7 @@ def _wait(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     if any(t.step is not TaskStep.DONE for t in mine):
         return
     messages = tuple(
-        Message(t.partition, t.result, t.triple, t.order)
+        Message(t.partition, t.result, t.triple, t.order, t.group)
         for t in sorted(mine, key=lambda t: t.partition)
     )
     rest = [t for t in world.tasks if t not in mine]
@@ -373,7 +379,9 @@ def _decide(world: World, config: Config, driver: Driver) -> Iterator[Step]:
     if stop is not None:
         yield stop
         return
-    parts = tuple(Participant(m.partition, m.triple, m.order) for m in driver.messages if m.triple)
+    parts = tuple(
+        Participant(m.partition, m.triple, m.order, m.group) for m in driver.messages if m.triple
+    )
     existing = cl.decisions(world.log, config.variant).get(driver.batch)
     if existing is None:
         decision = Entry(Kind.DECISION, driver.run, batch=driver.batch, participants=parts)
@@ -539,7 +547,11 @@ def _task_init(world: World, config: Config, index: int, task: Task) -> Iterator
 
 def _task_produce(world: World, config: Config, index: int, task: Task) -> Iterator[Step]:
     assert task.triple is not None
-    rows = ((task.batch, task.partition),)
+    rows = repair.rows_of(config, task.batch, task.partition, task.group)
+    if not rows:  # a replay put every row in another task: no transaction (the product's empty)
+        done = task._replace(step=TaskStep.DONE, result="empty", triple=None)
+        yield f"{task.name()}: has no rows: prepares nothing", _replace_task(world, index, done)
+        return
     coordinator, outcome = produce(world.coordinator, task.triple, rows)
     if outcome is not Outcome.OK:
         done = task._replace(step=TaskStep.DONE, result="failed")
@@ -547,8 +559,9 @@ def _task_produce(world: World, config: Config, index: int, task: Task) -> Itera
         return
     world = world._replace(coordinator=coordinator)
     done = task._replace(step=TaskStep.DONE, result="prepared")
+    what = f"produces {repair.show(rows)}, flushes" if config.regroup else "produces, flushes"
     yield (
-        f"{task.name()}: produces, flushes: prepared {task.triple}",
+        f"{task.name()}: {what}: prepared {task.triple}",
         _replace_task(world, index, done),
     )
     reordered = repair.reordered(world, config, task)

@@ -63,9 +63,10 @@ class Message(NamedTuple):
     """What a task attempt returns to the driver (a TaskCommit)."""
 
     partition: int
-    status: str  # "prepared", "skipped" or "failed"
+    status: str  # "prepared", "skipped", "failed" or "empty" (no rows: no transaction)
     triple: Triple | None
     order: int = 0  # the order its rows were produced in: 0 the first computation's, 1 another
+    group: int = 0  # which rows its task had (`Config.regroup`, repair.py `GROUPS`): 0 the first's
 
 
 class Driver(NamedTuple):
@@ -136,6 +137,7 @@ class Task(NamedTuple):
     attempt: int = 0  # Spark's attempt number: a zombie 0, the attempt used beside it 1
     repair: int = 0  # repair: the level it writes for (0: the batch's first attempt)
     order: int = 0  # the order it produced its rows in (`Config.reorder`)
+    group: int = 0  # how its replay assigned the batch's rows to tasks (`Config.regroup`)
 
     def name(self) -> str:
         """How traces name this attempt."""
@@ -154,6 +156,7 @@ class Used(NamedTuple):
     zombies: int = 0
     late_writes: int = 0
     reorders: int = 0
+    regroups: int = 0
 
 
 class World(NamedTuple):

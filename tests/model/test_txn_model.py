@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from model.txn_model import Config, StateCapExceeded, Variant, explore
+from model.txn_model import Config, StateCapExceeded, Variant, explore, repair
 from model.txn_model import commit_log as cl
 from model.txn_model.__main__ import main
 from model.txn_model.commit_log import Entry, Kind, Participant
@@ -40,7 +40,7 @@ def _state(coordinator: Coordinator, txn_id: str = "s-0") -> TxnState:
 def _open_txn(txn_id: str = "s-0") -> tuple[Coordinator, Triple]:
     coordinator, outcome, triple = init_producer((), txn_id)
     assert outcome is Outcome.OK and triple is not None
-    coordinator, outcome = produce(coordinator, triple, ((0, 0),))
+    coordinator, outcome = produce(coordinator, triple, ((0, 0, 0),))
     assert outcome is Outcome.OK
     return coordinator, triple
 
@@ -58,7 +58,7 @@ def test_init_fences_an_open_transaction_and_aborts_it() -> None:
     coordinator, outcome, second = init_producer(coordinator, "s-0")
     assert outcome is Outcome.OK and second is not None
     assert second.producer_id == first.producer_id and second.epoch > first.epoch
-    assert produce(coordinator, first, ((0, 0),))[1] is Outcome.FENCED
+    assert produce(coordinator, first, ((0, 0, 0),))[1] is Outcome.FENCED
 
 
 def test_end_txn_checks_the_whole_triple() -> None:
@@ -83,7 +83,7 @@ def test_end_txn_commit_is_repeatable_and_makes_rows_visible_at_the_markers() ->
     assert _state(coordinator) is TxnState.PREPARE_COMMIT
     assert end_txn(coordinator, triple, commit=True)[1] is Outcome.CONCURRENT
     coordinator, visible = write_markers(coordinator, "s-0")
-    assert visible == ((0, 0),)
+    assert visible == ((0, 0, 0),)
     assert end_txn(coordinator, triple, commit=True)[1] is Outcome.OK
     assert end_txn(coordinator, triple, commit=False)[1] is Outcome.INVALID_STATE
 
@@ -502,6 +502,72 @@ def test_the_multiset_digest_repairs_a_replay_in_another_order(faults: dict[str,
 
     assert result.ok, "\n".join([str(result.violation), *result.trace])
     assert result.finished_after_repair > 0
+
+
+# Issue 39: rows that move between tasks on a replay (`--regroup`). Runs one after another keep
+# these small: the union of replayed tasks needs both participants lost (two timeouts).
+REGROUP = replace(REPAIR, partitions=2, concurrent=False, regroup=1)
+
+
+def test_a_regrouped_replay_assigns_the_batchs_rows_to_tasks_otherwise() -> None:
+    config = replace(REGROUP)
+    first, renumbered, dealt, one = (
+        [repair.rows_of(config, 0, p, group) for p in (0, 1)] for group in range(4)
+    )
+
+    assert first == [((0, 0, 0), (0, 0, 1)), ((0, 1, 0), (0, 1, 1))]
+    assert renumbered == [first[1], first[0]]
+    assert dealt == [((0, 0, 0), (0, 1, 0)), ((0, 0, 1), (0, 1, 1))]
+    assert one == [(*first[0], *first[1]), ()]
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        pytest.param({"drivers": 2, "timeouts": 2}, id="both-lost"),
+        pytest.param({"drivers": 3, "timeouts": 2}, id="both-lost-three-runs"),
+    ],
+)
+def test_replayed_tasks_taken_together_repair_rows_that_moved(faults: dict[str, Any]) -> None:
+    """Both participants lost, the replay's rows in other tasks: no replayed task has a lost
+    participant's records, all of them together have all of theirs; the repair takes them
+    together, and a run that finishes has every row once."""
+    result = explore(replace(REGROUP, **faults))
+
+    assert result.ok, "\n".join([str(result.violation), *result.trace])
+    assert result.finished_after_union > 0
+
+
+def test_a_partial_loss_whose_rows_moved_is_refused_not_written_twice() -> None:
+    """One participant lost, the other committed, the replay's rows moved: every replayed
+    task holds rows of the committed one too. The repair refuses the lost rows (no set of
+    replayed transactions holds exactly lost rows: the oracle excuses them) and writes nothing
+    twice; the flaw `union-partial`, taking the replayed tasks whose records include the lost
+    ones', writes the committed participant's rows a second time."""
+    config = replace(REGROUP, drivers=3, timeouts=1)
+
+    result = explore(config)
+    assert result.ok, "\n".join([str(result.violation), *result.trace])
+    assert result.finished_with_refused > 0 and result.finished_after_union == 0
+
+    flawed = explore(replace(config, drivers=2, repair_flaw="union-partial"))
+    assert flawed.violation == "duplicate: row 0 of batch 0 partition 1 visible 2 times"
+    assert len(flawed.trace) == 43
+    assert "completion(batch 0, lost p0)" in flawed.trace[19]
+    assert "rows dealt round-robin" in flawed.trace[28]
+    assert "together for lost p0 (their records together include" in flawed.trace[39]
+
+
+def test_matching_replayed_tasks_one_by_one_loses_rows_that_moved() -> None:
+    """The matching before the union rule: no replayed task has a lost participant's records,
+    so the repair refuses both, and the next run finds nothing waiting and finishes without
+    them."""
+    result = explore(replace(REGROUP, drivers=3, timeouts=2, repair_flaw="per-task-only"))
+
+    assert result.violation == "query finished but row 0 of batch 0 partition 0 is missing"
+    assert len(result.trace) == 63
+    assert "puts repair(batch 0 level 1, run 1: nothing, refused p0, p1)" in result.trace[42]
+    assert result.trace[-1] == "driver 2 b0: Spark records the batch; the query is done"
 
 
 OFFSETS = replace(REPAIR, offsets="participant")
