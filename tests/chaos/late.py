@@ -23,6 +23,7 @@ def late_attempt(spec: QuerySpec, batch_id: int, partition: int) -> str:
         "topic": spec.output,
         "sinkId": spec.sink_id,
         "commitLog": spec.commit_log,
+        "checkpointLocation": str(spec.checkpoint),  # Spark hands it to the sink (consumerGroup)
     }
     command = [
         sys.executable,
