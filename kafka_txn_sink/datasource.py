@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType, TimestampType
 
 from kafka_txn_sink.commit_worker import building_for_commit
 from kafka_txn_sink.errors import ConfigError
@@ -31,7 +31,7 @@ from kafka_txn_sink.protocol.prepare import (
     task_options,
 )
 from kafka_txn_sink.protocol.start import BatchStart, start_batch, start_write
-from kafka_txn_sink.protocol.stream_writer import stream_writer_class
+from kafka_txn_sink.protocol.stream_writer import KafkaTxnStreamWriter, stream_writer_class
 from kafka_txn_sink.records.columns import plan_columns
 from kafka_txn_sink.serde.resolve import pinned, resolve
 from kafka_txn_sink.spark_checkpoint import check_not_behind
@@ -68,6 +68,7 @@ class KafkaTxnDataSource(DataSource):
             )
         if building_for_commit():
             return stream_writer_class()(_commit_plan(options))
+        _refuse_a_repeating_zone(options, schema)
         plan = _plan(options, schema, start_batch)
         checkpoint = next((v for k, v in self.options.items() if k.lower() == CHECKPOINT), "")
         if checkpoint:
@@ -118,6 +119,39 @@ def register(spark: SparkSession) -> None:
         # module pyspark_kafka_txn offers it, and Spark refuses to register it a second time.
         if exc.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
             raise
+
+
+def _refuse_a_repeating_zone(options: SinkOptions, schema: StructType) -> None:
+    """Refuse, before any batch, a query whose timestamps the row writer (PySpark 4.0) would
+    hand over ambiguously: the sink converts them (files mode, a registry format) and the
+    Python workers' zone repeats an hour (serde/timestamps.py). Executors that take their zone
+    from their host's settings are not seen here; their tasks refuse such a value themselves.
+
+    Raises:
+        ConfigError: naming the zone and what to set.
+    """
+    if stream_writer_class() is not KafkaTxnStreamWriter or not _has_instants(schema):
+        return
+    if options.files is None and not options.serde.uses_registry:
+        return  # records mode writes its columns as bytes: no timestamp is converted
+    from kafka_txn_sink.serde.timestamps import repeating_zone_error
+
+    error = repeating_zone_error()
+    if error is not None:
+        raise error
+
+
+def _has_instants(data_type: DataType) -> bool:
+    """Whether `data_type` holds a timestamp (an instant), at any depth."""
+    if isinstance(data_type, TimestampType):
+        return True
+    if isinstance(data_type, StructType):
+        return any(_has_instants(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return _has_instants(data_type.elementType)
+    if isinstance(data_type, MapType):
+        return _has_instants(data_type.keyType) or _has_instants(data_type.valueType)
+    return False
 
 
 def _plan(

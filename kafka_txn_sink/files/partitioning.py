@@ -20,8 +20,12 @@ Time patterns use the letters of Java's `DateTimeFormatter`, as Spark users writ
 | `'text'`        | literal text (`''` is one quote)          |         |
 
 Other characters are literal; every other letter is refused, as are `[ ] { } #`, which Java
-reserves. On the day daylight saving time ends, two instants an hour apart share an hour
-directory (`hour=01` twice); on the day it starts, one hour has no directory.
+reserves. A `timestamp` column is formatted as its instant shown in the partition's zone
+(`timePartitionTimeZone`, UTC by default), never in the Python worker's: PySpark's row writer's
+naive local times are read back into instants first (`serde/timestamps.py`, which refuses the
+hour the worker's zone repeats); a `timestamp_ntz` is its own wall clock, not shifted. In a
+partition zone with daylight saving time, on the day it ends two instants an hour apart share
+an hour directory (`hour=01` twice); on the day it starts, one hour has no directory.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from pyspark.sql.types import (
 
 from kafka_txn_sink.errors import ConfigError, InputError
 from kafka_txn_sink.options import TIME_PARTITION_PATTERN
+from kafka_txn_sink.serde.timestamps import instant_converter
 
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 """The directory value of a null or empty partition value (Hive's and Spark's default)."""
@@ -363,8 +368,9 @@ class PartitionSpec:
     """How a row picks its directory: columns first, then the time pattern's segments.
 
     `time_ntz`: the time column is a timestamp_ntz, whose naive values are wall-clock times in
-    `tz`; otherwise naive values are instants in the worker's local time zone, as PySpark
-    hands timestamps to Python (run workers with TZ=UTC).
+    `tz`; otherwise naive values are local times of the worker's zone, as PySpark's row writer
+    hands timestamps over, read back into their instants (or refused where the zone repeats
+    the hour: `timestamps.instant_converter`).
     """
 
     columns: tuple[str, ...] = ()
@@ -402,7 +408,7 @@ class PartitionSpec:
         get = row.get if isinstance(row, dict) else row.__getitem__
         values = [(c, _column_text(c, get(c))) for c in self.columns]
         if self.time is not None and self.time_column is not None:
-            values.extend(self._time_values(get(self.time_column)))
+            values.extend(self._time_values(get(self.time_column), self._local_time()))
         return tuple(values)
 
     def extractor(self, schema: StructType) -> Callable[[Sequence[Any]], PartitionValues]:
@@ -420,11 +426,12 @@ class PartitionSpec:
             return lambda row: tuple((c, text(row[i])) for c, i, text in columns)
         time_index = _index_of(names, self.time_column, "timePartitionColumn")
         time_values = self._time_values
+        local_time = self._local_time()
 
         def by_columns_and_time(row: Sequence[Any]) -> PartitionValues:
             return (
                 *((c, text(row[i])) for c, i, text in columns),
-                *time_values(row[time_index]),
+                *time_values(row[time_index], local_time),
             )
 
         return by_columns_and_time
@@ -447,7 +454,18 @@ class PartitionSpec:
         """The directory of these values, relative to the sink's root (`user=ann/date=...`)."""
         return hive_path(values)
 
-    def _time_values(self, ts: Any) -> tuple[tuple[str, str | None], ...]:
+    def _local_time(self) -> Callable[[datetime], datetime]:
+        """A timestamp's time in `tz`: its instant there (PySpark's row writer's naive local
+        times are read back into instants first, `timestamps.instant_converter`)."""
+        instant = instant_converter(from_row_writer=True)
+        if self.tz.key == "UTC":
+            return instant  # its instants are in UTC already
+        tz = self.tz
+        return lambda ts: instant(ts).astimezone(tz)
+
+    def _time_values(
+        self, ts: Any, local_time: Callable[[datetime], datetime]
+    ) -> tuple[tuple[str, str | None], ...]:
         time = self.time
         assert time is not None
         if ts is None:
@@ -457,8 +475,7 @@ class PartitionSpec:
                 f"column {self.time_column} holds a {type(ts).__name__}, not a timestamp; "
                 "timePartitionColumn must be a timestamp or timestamp_ntz column"
             )
-        # A naive timestamp (not ntz) is in the worker's local time, which astimezone assumes.
-        local = ts if self.time_ntz and ts.tzinfo is None else ts.astimezone(self.tz)
+        local = ts if self.time_ntz and ts.tzinfo is None else local_time(ts)
         return time.values(local)
 
     def _null_time(self) -> InputError:

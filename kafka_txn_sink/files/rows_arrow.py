@@ -6,17 +6,19 @@ transposed in C, then `pyarrow.array` with the Arrow type PySpark itself gives t
 which `FileSet.add_native` encodes as it encodes the Arrow writer's batches. Where that cannot
 be exact, the caller writes the rows one by one as before: a type PySpark has no Arrow type for
 (a user-defined type), a value pyarrow refuses, and timestamps unless the worker's local time
-is UTC (PySpark's rows carry them as naive local times, which pyarrow would read as UTC).
+is UTC at every instant (PySpark's rows carry them as naive local times, which pyarrow reads as
+UTC; the rows one by one read them in the zone, or refuse an hour it repeats).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.types import DataType, StructType, TimestampType, UserDefinedType
+
+from kafka_txn_sink.serde.timestamps import local_is_utc
 
 
 class RowsToArrow:
@@ -79,5 +81,5 @@ def _has(data_type: DataType, kind: type) -> bool:
 
 
 def _utc_local() -> bool:
-    """Whether this process's local time is UTC all year (no offset, no daylight saving)."""
-    return time.timezone == 0 and time.altzone == 0 and not time.daylight
+    """Whether this process's local time is UTC at every instant (no offset, no history)."""
+    return local_is_utc()

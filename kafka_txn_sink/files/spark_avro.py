@@ -26,16 +26,16 @@ Used when option `payloadColumn` is not set: every file of a sink has this one s
 
 A nullable field is `["null", T]` with `"default": null` (null first, so the default is valid);
 a non-nullable field is plain `T`, and a null in it is an InputError naming the column.
-PySpark hands the writer `timestamp` values as naive datetimes in the Python worker's local time
-zone, so naive values are read as local time; run the workers with `TZ=UTC` to avoid the
-ambiguous hour at the end of daylight saving time, which PySpark's conversion already loses.
+A `timestamp` is written as its instant: PySpark's row writer hands it over as a naive local
+time of the Python worker, read by the zone's rules (`serde/timestamps.py`, which also refuses
+the local times the zone repeats, whose instant PySpark has lost); an aware one is exact. A
+`timestamp_ntz` is its wall clock, whatever the worker's zone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyspark.sql.types import (
     ArrayType,
@@ -71,6 +71,7 @@ from kafka_txn_sink.files.avro_names import (
     check_names,
     column_path,
 )
+from kafka_txn_sink.serde.timestamps import Instant, instant_converter, wall_clock_as_utc
 
 # --- Spark schema -> Avro ----------------------------------------------------------------
 
@@ -187,25 +188,45 @@ def _spark_type_not_null(
 # --- Spark rows -> Avro records ----------------------------------------------------------
 
 
-def row_converter(schema: StructType) -> Callable[[Any], dict[str, Any]]:
+class _Times(NamedTuple):
+    """How a converter writes `timestamp` values, and `timestamp_ntz` ones (None: as they are)."""
+
+    instant: Instant
+    ntz: Converter | None
+
+
+def row_converter(
+    schema: StructType, *, from_row_writer: bool = False, ntz_as_utc: bool = False
+) -> Callable[[Any], dict[str, Any]]:
     """A function turning a row of `schema` into a record valid for `spark_to_avro(schema)`.
 
     Rows and structs are read by position, as PySpark's writer gives them (`Row` objects), or
-    by Spark name when they are dicts.
+    by Spark name when they are dicts. `from_row_writer`: the rows are PySpark's row writer's,
+    whose naive local timestamps of an hour the zone repeats are refused (`instant_converter`).
+    `ntz_as_utc`: timestamp_ntz values become aware UTC datetimes of their wall clock, for a
+    schema that may give them an instant's field (`timestamp-*`), which fastavro would
+    otherwise read in the worker's zone.
 
     Raises (the returned function):
-        InputError: a non-nullable value is null, or a row has the wrong number of values.
+        InputError: a non-nullable value is null, or a row has the wrong number of values, or
+            (`from_row_writer`) a timestamp's instant is lost.
     """
     spark_to_avro(schema)  # the same type checks, raised when the converter is built
-    return _struct_converter(schema, "")
+    times = _Times(
+        instant_converter(from_row_writer=from_row_writer),
+        wall_clock_as_utc if ntz_as_utc else None,
+    )
+    return _struct_converter(schema, "", times)
 
 
-def _struct_converter(struct: StructType, column: str) -> Callable[[Any], dict[str, Any]]:
+def _struct_converter(
+    struct: StructType, column: str, times: _Times
+) -> Callable[[Any], dict[str, Any]]:
     avro_names = avro_field_names([f.name for f in struct.fields])
     parts = [
         (
             avro_name,
-            _converter(f.dataType, column_path(column, f.name)),
+            _converter(f.dataType, column_path(column, f.name), times),
             f.nullable or isinstance(f.dataType, NullType),
             column_path(column, f.name),
         )
@@ -235,40 +256,35 @@ def _struct_converter(struct: StructType, column: str) -> Callable[[Any], dict[s
     return convert
 
 
-def _converter(data_type: DataType, column: str) -> Converter | None:
+def _converter(data_type: DataType, column: str, times: _Times) -> Converter | None:
     """Conversion of a non-null value, or None where fastavro takes PySpark's value as it is."""
     if isinstance(data_type, StructType):
-        return _struct_converter(data_type, column)
+        return _struct_converter(data_type, column, times)
     if isinstance(data_type, ArrayType):
         return _collection(
-            _converter(data_type.elementType, f"{column}[]"),
+            _converter(data_type.elementType, f"{column}[]", times),
             data_type.containsNull or isinstance(data_type.elementType, NullType),
             f"{column}[]",
             is_map=False,
         )
     if isinstance(data_type, MapType):
         return _collection(
-            _converter(data_type.valueType, f"{column}{{}}"),
+            _converter(data_type.valueType, f"{column}{{}}", times),
             data_type.valueContainsNull or isinstance(data_type.valueType, NullType),
             f"{column}{{}}",
             is_map=True,
         )
     if isinstance(data_type, TimestampType):
-        return utc_instant
+        return times.instant
+    if isinstance(data_type, TimestampNTZType):
+        return times.ntz
     if isinstance(data_type, UserDefinedType):
-        return _udt_converter(data_type, column)
+        return _udt_converter(data_type, column, times)
     return None
 
 
-def utc_instant(value: datetime) -> datetime:
-    """A PySpark timestamp as an aware UTC datetime (naive ones are the worker's local time)."""
-    # PySpark's naive datetimes are in the worker's local time; fastavro would read them as local
-    # time with mktime on Unix but as UTC on Windows, so they are made aware here.
-    return value.astimezone(timezone.utc) if value.tzinfo is None else value
-
-
-def _udt_converter(udt: UserDefinedType, column: str) -> Converter:
-    inner = _converter(udt.sqlType(), column)
+def _udt_converter(udt: UserDefinedType, column: str, times: _Times) -> Converter:
+    inner = _converter(udt.sqlType(), column, times)
     if inner is None:
         return udt.serialize
     return lambda value: inner(udt.serialize(value))

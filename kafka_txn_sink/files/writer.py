@@ -241,9 +241,10 @@ class FileSet:
         )
 
     def _add_rows(self, batch: pa.RecordBatch) -> None:
-        """Every row of `batch` through `add`, as PySpark's row writer would give them."""
+        """Every row of `batch` through `add`, as PySpark's row writer would give them, but
+        timestamps as the instants Arrow holds (its local times would lose the repeated hour)."""
         if self._rows_of_batch is None:
-            self._rows_of_batch = arrow_rows(self._plan.schema)
+            self._rows_of_batch = arrow_rows(self._plan.schema, instants=True)
         for row in self._rows_of_batch(batch):
             self.add(row)
 
@@ -322,7 +323,7 @@ class FileSet:
             self._finish(out)
 
     def _record_builder(self) -> Callable[[Sequence[Any]], Any]:
-        convert = row_converter(self._plan.data_schema())
+        convert = row_converter(self._plan.data_schema(), from_row_writer=True)
         indexes = self._plan.data_indexes
         if len(indexes) == len(self._plan.schema.fields):
             return convert

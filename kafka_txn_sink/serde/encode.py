@@ -8,6 +8,12 @@ confluent-kafka's JSONSchemaSerializer does) and dumped compactly; protobuf mess
 the same JSON values (serde/protobuf.py), from the `.proto` the driver compiled. A null cell
 stays null (a record without a key, or a tombstone). A value that does not fit its schema fails
 the task with an error naming the column, the row and the subject.
+
+Timestamps are written as their instants (serde/timestamps.py): the row writer's naive local
+times are read by the worker's zone's rules, and refused where the zone repeats the hour (PySpark
+has lost which instant it was); the Arrow writer's columns are exact, and where they go row by
+row they do as aware datetimes, not through PySpark's row conversion. A timestamp_ntz is its
+wall clock, also in a user's Avro schema that gives it a `timestamp-*` field.
 """
 
 from __future__ import annotations
@@ -120,11 +126,15 @@ def _avro_payload(encoding: Encoding, derived: bool) -> Callable[[Any], bytes]:
     # fastavro's writer does not check ranges (a long in an int field is written, and breaks
     # other readers): a schema other than the one Spark's type maps to is checked value by value.
     check = not derived
+    # The derived schema gives a timestamp_ntz `local-timestamp-micros`; a user's may give it
+    # an instant's field, which fastavro would read in the worker's zone.
+    ntz_as_utc = not derived
     if isinstance(data_type, StructType):
-        convert = row_converter(data_type)
+        convert = row_converter(data_type, from_row_writer=True, ntz_as_utc=ntz_as_utc)
     else:  # one field of a wrapper record: the same conversion of a value of that type
         name = encoding.column
-        wrapped = row_converter(StructType([StructField(name, data_type, nullable=True)]))
+        wrapper = StructType([StructField(name, data_type, nullable=True)])
+        wrapped = row_converter(wrapper, from_row_writer=True, ntz_as_utc=ntz_as_utc)
 
         def convert(cell: Any) -> Any:
             return wrapped((cell,))[name]
@@ -155,7 +165,7 @@ def _json_payload(encoding: Encoding, derived: bool) -> Callable[[Any], bytes]:
 
     schema = json.loads(encoding.schema)
     validator = validator_for(schema)(schema)
-    convert = json_converter(encoding.data_type, encoding.column)
+    convert = json_converter(encoding.data_type, encoding.column, from_row_writer=True)
 
     def payload(cell: Any) -> bytes:
         value = convert(cell)
@@ -182,10 +192,11 @@ _PAYLOADS: dict[str, Callable[[Encoding, bool], Callable[[Any], bytes]]] = {
 
 
 def _arrow_cells(encoding: Encoding) -> Callable[[pa.Array], list[Any]]:
-    """An Arrow column's cells as PySpark's row writer would hand them (PySpark's converters)."""
+    """An Arrow column's cells as PySpark's row writer would hand them (PySpark's converters),
+    but timestamps as the aware instants Arrow holds."""
     from kafka_txn_sink.files.spark_rows import arrow_rows
 
-    rows = arrow_rows(StructType([StructField(encoding.column, encoding.data_type)]))
+    rows = arrow_rows(StructType([StructField(encoding.column, encoding.data_type)]), instants=True)
 
     def cells(array: pa.Array) -> list[Any]:
         batch = pa.RecordBatch.from_arrays([array], names=[encoding.column])

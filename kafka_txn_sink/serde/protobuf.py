@@ -10,9 +10,11 @@ is the record name of the subject strategies `record` and `topic_record`.
 A row becomes a message through protobuf's JSON mapping: `json_format.ParseDict` of the JSON
 values `spark_json.json_converter` makes of it (binary as base64, timestamps as RFC 3339 text,
 as the mapping wants them), so an unknown field, a value of the wrong type or out of its
-field's range is refused with the field's name. Confluent's wire format puts the message's
-index path between the schema id and the message: for the first top-level message, the one
-byte 0 (`FIRST_MESSAGE`).
+field's range is refused with the field's name. A `timestamp` is its instant; a
+`timestamp_ntz` in a `google.protobuf.Timestamp` field is its wall clock read as UTC (as Spark
+keeps it), in a `string` field its text without an offset. Confluent's wire format puts the
+message's index path between the schema id and the message: for the first top-level message,
+the one byte 0 (`FIRST_MESSAGE`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,15 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.types import ArrayType, BinaryType, DataType, StringType, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    MapType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+)
 
 if TYPE_CHECKING:
     from google.protobuf.descriptor import Descriptor
@@ -38,6 +48,7 @@ if TYPE_CHECKING:
 FIRST_MESSAGE = b"\x00"
 MAIN_FILE = "schema.proto"  # the name the user's text is compiled under
 _PROTOC_TIMEOUT = 60.0
+_TIMESTAMP = "google.protobuf.Timestamp"
 
 
 class ProtoSchemaError(ValueError):
@@ -59,8 +70,13 @@ def compile_proto(text: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="kts-proto-") as tmp:
         source, out = Path(tmp, MAIN_FILE), Path(tmp, "descriptor_set.pb")
         source.write_text(text, encoding="utf-8")
-        args = [f"-I{tmp}", f"-I{include}", f"--descriptor_set_out={out}", "--include_imports",
-                str(source)]
+        args = [
+            f"-I{tmp}",
+            f"-I{include}",
+            f"--descriptor_set_out={out}",
+            "--include_imports",
+            str(source),
+        ]
         if protoc.main(["protoc", *args]) != 0:
             raise ProtoSchemaError(_protoc_errors(args, tmp))
         compiled = out.read_bytes()
@@ -74,7 +90,10 @@ def _protoc_errors(args: list[str], tmp: str) -> str:
     (only on this error path)."""
     done = subprocess.run(
         [sys.executable, "-m", "grpc_tools.protoc", *args],
-        capture_output=True, text=True, timeout=_PROTOC_TIMEOUT, check=False,
+        capture_output=True,
+        text=True,
+        timeout=_PROTOC_TIMEOUT,
+        check=False,
     )
     lines = [line.replace(f"{tmp}/", "").strip() for line in done.stderr.splitlines()]
     return "; ".join(line for line in lines if line) or f"protoc exited {done.returncode}"
@@ -154,8 +173,9 @@ def type_mismatches(descriptor_set: bytes, data_type: DataType) -> list[str]:
     return walk(first_message(descriptor_set), data_type, "")
 
 
-def payload_encoder(descriptor_set: bytes, data_type: DataType, column: str
-                    ) -> Callable[[Any], bytes]:
+def payload_encoder(
+    descriptor_set: bytes, data_type: DataType, column: str
+) -> Callable[[Any], bytes]:
     """A function making a non-null value of `data_type` (a struct, as PySpark's rows carry
     it) the serialized message, without Confluent's prefix.
 
@@ -166,7 +186,8 @@ def payload_encoder(descriptor_set: bytes, data_type: DataType, column: str
     from kafka_txn_sink.serde.spark_json import json_converter
 
     cls = message_class(descriptor_set)
-    convert = json_converter(data_type, column)
+    walls = timestamp_walls(first_message(descriptor_set), data_type, column)
+    convert = json_converter(data_type, column, from_row_writer=True, utc_walls=walls)
 
     def payload(cell: Any) -> bytes:
         try:
@@ -176,6 +197,33 @@ def payload_encoder(descriptor_set: bytes, data_type: DataType, column: str
             raise ValueError(str(exc)) from None
 
     return payload
+
+
+def timestamp_walls(descriptor: Any, data_type: DataType, column: str) -> list[str]:
+    """The timestamp_ntz fields of `data_type` that are `google.protobuf.Timestamp` fields of
+    the message `descriptor`, by their paths in `json_converter` (`value.at`, `value.l[].at`,
+    `value.m{}.at`)."""
+    found: list[str] = []
+    if not isinstance(data_type, StructType):
+        return found
+    for spark_field in data_type.fields:
+        proto = descriptor.fields_by_name.get(spark_field.name)
+        if proto is None or proto.message_type is None:
+            continue
+        spark_type, path, target = spark_field.dataType, f"{column}.{spark_field.name}", proto
+        if isinstance(spark_type, MapType) and proto.message_type.GetOptions().map_entry:
+            target = proto.message_type.fields_by_name["value"]
+            spark_type, path = spark_type.valueType, f"{path}{{}}"
+        elif isinstance(spark_type, ArrayType):
+            spark_type, path = spark_type.elementType, f"{path}[]"
+        if target.message_type is None:
+            continue
+        if isinstance(spark_type, TimestampNTZType):
+            if target.message_type.full_name == _TIMESTAMP:
+                found.append(path)
+        else:
+            found += timestamp_walls(target.message_type, spark_type, path)
+    return found
 
 
 @functools.lru_cache(maxsize=64)

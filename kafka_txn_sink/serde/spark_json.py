@@ -14,14 +14,17 @@ and each value made JSON (what `json.dumps` takes) the way Spark's `to_json` wri
 | decimal(p, s)               | number                          | number (a float if fractional) |
 | date / timestamp(_ntz)      | string, format date / date-time | ISO 8601 text                  |
 
-A nullable field's type also allows null; a field that is not nullable is required. Other types
-(intervals, variants, maps with keys that are not strings) are refused, naming the column.
+A timestamp is its instant in UTC (`2025-11-02T06:30:00.123000+00:00`, `serde/timestamps.py`);
+a timestamp_ntz its wall clock without an offset, or with `Z` where a protobuf `Timestamp`
+takes it (`utc_walls`). A nullable field's type also allows null; a field that is not nullable
+is required. Other types (intervals, variants, maps with keys that are not strings) are
+refused, naming the column.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -49,7 +52,7 @@ from pyspark.sql.types import (
 )
 
 from kafka_txn_sink.errors import InputError
-from kafka_txn_sink.files.spark_avro import utc_instant
+from kafka_txn_sink.serde.timestamps import instant_converter
 
 JsonConverter = Callable[[Any], Any]
 
@@ -70,11 +73,35 @@ def spark_to_json_schema(data_type: DataType, title: str) -> dict[str, Any]:
     }
 
 
-def json_converter(data_type: DataType, column: str) -> JsonConverter:
+def json_converter(
+    data_type: DataType,
+    column: str,
+    *,
+    from_row_writer: bool = False,
+    utc_walls: Collection[str] = (),
+) -> JsonConverter:
     """A function turning a non-null value of `data_type` (as PySpark's rows carry it) into
-    JSON values, as `spark_to_json_schema` describes them."""
+    JSON values, as `spark_to_json_schema` describes them.
+
+    `from_row_writer`: the values are PySpark's row writer's, whose naive local timestamps of
+    an hour the zone repeats are refused (InputError, `timestamps.instant_converter`).
+    `utc_walls`: the timestamp_ntz fields (paths as in errors: `value.at`, `value.items[].at`)
+    written as UTC (`Z`), for a protobuf `Timestamp`.
+    """
+    return _converter(data_type, column, _Times(from_row_writer, frozenset(utc_walls)))
+
+
+class _Times:
+    """The timestamp settings of one converter: one instant function for all its fields."""
+
+    def __init__(self, from_row_writer: bool, utc_walls: frozenset[str]) -> None:
+        self.instant = instant_converter(from_row_writer=from_row_writer)
+        self.utc_walls = utc_walls
+
+
+def _converter(data_type: DataType, column: str, times: _Times) -> JsonConverter:
     if isinstance(data_type, StructType):
-        parts = [(f.name, json_converter(f.dataType, f"{column}.{f.name}")) for f in data_type]
+        parts = [(f.name, _converter(f.dataType, f"{column}.{f.name}", times)) for f in data_type]
 
         def struct(value: Any) -> dict[str, Any]:
             cells = [value.get(n) for n, _ in parts] if isinstance(value, dict) else value
@@ -85,23 +112,26 @@ def json_converter(data_type: DataType, column: str) -> JsonConverter:
 
         return struct
     if isinstance(data_type, ArrayType):
-        item = json_converter(data_type.elementType, f"{column}[]")
+        item = _converter(data_type.elementType, f"{column}[]", times)
         return lambda value: [None if v is None else item(v) for v in value]
     if isinstance(data_type, MapType):
-        inner = json_converter(data_type.valueType, f"{column}{{}}")
+        inner = _converter(data_type.valueType, f"{column}{{}}", times)
         return lambda value: {
             str(k): None if v is None else inner(v) for k, v in dict(value).items()
         }
-    return _scalar_converter(data_type, column)
+    return _scalar_converter(data_type, column, times)
 
 
-def _scalar_converter(data_type: DataType, column: str) -> JsonConverter:
+def _scalar_converter(data_type: DataType, column: str, times: _Times) -> JsonConverter:
     if isinstance(data_type, BinaryType):
         return lambda value: base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(data_type, DecimalType):
         return _decimal
     if isinstance(data_type, TimestampType):
-        return lambda value: utc_instant(value).isoformat()
+        instant = times.instant
+        return lambda value: instant(value).isoformat()
+    if isinstance(data_type, TimestampNTZType) and column in times.utc_walls:
+        return _utc_wall
     if isinstance(data_type, (DateType, TimestampNTZType)):
         return _iso
     if isinstance(data_type, (*_STRINGS, BooleanType, *_INTEGERS, FloatType, DoubleType)):
@@ -170,3 +200,7 @@ def _decimal(value: Decimal) -> int | float:
 
 def _iso(value: date | datetime) -> str:
     return value.isoformat()
+
+
+def _utc_wall(value: datetime) -> str:
+    return value.replace(tzinfo=None).isoformat() + "Z"
