@@ -25,7 +25,10 @@ MASK = "***"
 MIN_SECRET_LENGTH = 3  # shorter values would mask ordinary words; no real secret is this short
 
 # "user.info" is the Schema Registry client's basic auth, user:password.
-_SECRET_HINTS = ("password", "secret", "jaas", "token", "ssl.key", "credentials", "user.info")
+# "ssl.key.pem" is an inline private key; a key's location is a path, shown in errors.
+_SECRET_HINTS = (
+    "password", "secret", "jaas", "token", "ssl.key.pem", "ssl_key", "credentials", "user.info",
+)
 
 _lock = threading.Lock()
 _secrets: tuple[str, ...] = ()  # every form of every secret, the longest first

@@ -16,9 +16,11 @@ import traceback
 from pathlib import Path
 
 import pytest
+from pyspark.sql.types import StringType, StructField, StructType
 
 from kafka_txn_sink import testing
 from kafka_txn_sink.errors import ConfigError, SchemaRegistryError
+from kafka_txn_sink.options import SinkOptions, parse_options
 from kafka_txn_sink.serde.resolve import Encodings, resolve
 from tests.integration.test_registry_formats import INPUT, serde
 from tests.registry_gateway import (
@@ -228,3 +230,71 @@ def test_a_key_its_password_does_not_open_is_refused_naming_the_file_not_the_pas
 
     assert f"schema.registry.ssl.key.location={key}" in str(caught.value)
     assert "not-the-pw-4d2a" not in shown(caught.value) and KEY_PASSWORD not in shown(caught.value)
+
+
+# -- a Schema Registry password inside schema.registry.url (user info) -----------------------------
+
+
+def registry_options(url: str) -> SinkOptions:
+    """A sink writing avro values to the registry at `url`, which nothing answers quickly."""
+    return parse_options({
+        "kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t", "sinkId": "s",
+        "commitLog": "/tmp/l", "valueFormat": "avro", "schema.registry.url": url,
+        "schema.registry.max.retries": "0", "schema.registry.timeout": "2",
+    })  # fmt: skip
+
+
+VALUE_ONLY = StructType([StructField("value", StringType())])
+
+
+def failed_resolve(options: SinkOptions) -> SchemaRegistryError:
+    with pytest.raises(SchemaRegistryError) as caught:
+        resolve(options.serde, VALUE_ONLY, "t")
+    return caught.value
+
+
+def everything_shown(
+    options: SinkOptions, error: Exception, caplog: pytest.LogCaptureFixture, *logged_urls: str
+) -> str:
+    """The error, its formatted traceback, the log records of it and of a library logging the
+    URLs as it got them, and the reprs of the options."""
+    with caplog.at_level(logging.DEBUG):
+        logging.getLogger("kafka_txn_sink.tests.registry").error("batch failed", exc_info=error)
+        for url in logged_urls:
+            logging.getLogger("httpx").debug("HTTP Request: POST %s", f"{url}/subjects/t-value")
+            logging.getLogger("httpx").debug("url parts %r", url.encode())
+    records = [r.getMessage() for r in caplog.records]
+    traceback_text = "".join(traceback.format_exception(error))
+    shown = [str(error), traceback_text, caplog.text, *records, repr(options.serde),
+             repr(options)]  # fmt: skip
+    return "\n".join(shown)
+
+
+def test_a_registry_password_in_its_url_reaches_no_error_log_traceback_or_repr(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = "http://alice:Hunter2pw@127.0.0.1:9/"
+    options = registry_options(url)
+
+    error = failed_resolve(options)
+
+    assert str(error).startswith("subject 't-value': the Schema Registry http://***@127.0.0.1:9/")
+    assert "did not answer" in str(error)
+    assert "Hunter2pw" not in everything_shown(options, error, caplog, url)
+
+
+def test_every_url_of_a_registry_list_keeps_its_user_info_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The client takes comma-separated URLs; a password may be percent-encoded in one."""
+    first, second = "http://alice:Hunter3pw@127.0.0.1:9", "https://bob:p%40ss-Word7@127.0.0.1:10/"
+    options = registry_options(f"{first},{second}")
+
+    error = failed_resolve(options)
+
+    shown = everything_shown(options, error, caplog, first, second, "https://bob:p@ss-Word7@h")
+    assert "127.0.0.1:9" in str(error)
+    for secret in ("Hunter3pw", "p%40ss-Word7", "p@ss-Word7"):
+        assert secret not in shown, secret
+    assert "http://***@127.0.0.1:9" in repr(options.serde)
+    assert "https://***@127.0.0.1:10/" in repr(options.serde)
