@@ -114,14 +114,12 @@ def pinned(
         return resolved
     connect = functools.cache(lambda: registry_client(serde.registry))
     url = serde.registry.get("url", "")
+    recorded = {u.column: u for u in uses}
     found = {}
-    for encoding in (resolved.key, resolved.value):
-        use = next((u for u in uses if encoding and u.column == encoding.column), None)
-        if encoding is None or use is None or use.format != encoding.format:
-            continue
-        if use.schema_id == encoding.schema_id:
-            found[encoding.column] = encoding
-            continue
+    for encoding in filter(None, (resolved.key, resolved.value)):
+        use = recorded.get(encoding.column)
+        if use is None or use.format != encoding.format or use.schema_id == encoding.schema_id:
+            continue  # the resolved encoding stands
         text = _call(connect().get_schema, use.schema_id, url=url, subject=use.subject).schema_str
         what = f"schema id {use.schema_id} of subject {use.subject!r}, which the decision recorded"
         found[encoding.column] = replace(
