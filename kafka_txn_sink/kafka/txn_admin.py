@@ -28,7 +28,7 @@ from kafka.protocol.admin.transactions import (
     ListTransactionsRequest,
 )
 from kafka.protocol.consumer import OffsetFetchRequest
-from kafka.protocol.metadata import CoordinatorType
+from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
 from kafka.protocol.producer import EndTxnRequest
 
 from kafka_txn_sink.errors import KafkaTxnSinkError, KafkaUnavailableError
@@ -182,8 +182,14 @@ class TxnAdmin:
         async def run_all(chunk: list[Triple]) -> list[EndTxnResult]:
             # One batched FindCoordinator for every id first (cached afterwards), then every
             # EndTxn at once. kafka-python runs its own event loop (not asyncio): schedule all,
-            # then await each.
-            await self._coordinators_of(t.transactional_id for t in chunk)
+            # then await each. The batched lookup only saves requests: when it times out, each
+            # EndTxn looks its coordinator up again and reports its own error by the deadline.
+            try:
+                await self._coordinators_of((t.transactional_id for t in chunk), deadline)
+            except kafka_errors.KafkaError as exc:
+                if not getattr(exc, "retriable", False):
+                    raise  # a refusal names its permission (`_run`)
+                log.debug("the batched FindCoordinator failed: %s", type(exc).__name__)
             futures = [
                 self._net.call_soon_with_future(self._end_one, t, commit, deadline) for t in chunk
             ]
@@ -222,10 +228,8 @@ class TxnAdmin:
         self, request: EndTxnRequest, txn_id: str, deadline: float
     ) -> tuple[type[Exception], str]:
         try:
-            node = await self._coordinator_of(txn_id)
-            response = await self._manager.send(
-                request, node_id=node, request_timeout_ms=self._remaining_ms(deadline)
-            )
+            node = await self._coordinator_of(txn_id, deadline)
+            response = await self._send_by(request, deadline, node)
         except kafka_errors.KafkaError as exc:
             return type(exc), f"{type(exc).__name__}: {exc}"
         error = kafka_errors.for_code(response.error_code)
@@ -246,7 +250,7 @@ class TxnAdmin:
             pending, backoff = ids, 0.05
             while pending:
                 by_node: dict[int, list[str]] = {}
-                for txn_id, node in (await self._coordinators_of(pending)).items():
+                for txn_id, node in (await self._coordinators_of(pending, deadline)).items():
                     by_node.setdefault(node, []).append(txn_id)
                 moved: list[str] = []
                 for node, node_ids in by_node.items():
@@ -327,11 +331,11 @@ class TxnAdmin:
             groups=[_GROUP(group_id=group, topics=wanted)], require_stable=stable,
             min_version=OFFSET_FETCH_VERSIONS[0], max_version=OFFSET_FETCH_VERSIONS[1],
         )
-        timeout_ms = max(100, int(timeout_s * 1000))
+        deadline = time.monotonic() + timeout_s
 
         async def ask() -> Any:
-            node = await self._admin._find_coordinator_id(group, CoordinatorType.GROUP)
-            return await self._manager.send(request, node_id=node, request_timeout_ms=timeout_ms)
+            node = await self._coordinator_of(group, deadline, CoordinatorType.GROUP)
+            return await self._send_by(request, deadline, node)
 
         with self._lock:
             try:
@@ -366,16 +370,57 @@ class TxnAdmin:
             return denial
         return KafkaUnavailableError(f"Kafka request failed: {type(exc).__name__}: {exc}")
 
-    async def _coordinators_of(self, txn_ids: Iterable[str]) -> dict[str, int]:
-        """One batched FindCoordinator (v4+) for the ids not cached yet."""
-        found: dict[str, int] = await self._admin._find_coordinator_ids(
-            list(txn_ids), CoordinatorType.TRANSACTION
-        )
+    async def _coordinators_of(
+        self,
+        keys: Iterable[str],
+        deadline: float,
+        kind: CoordinatorType = CoordinatorType.TRANSACTION,
+    ) -> dict[str, int]:
+        """The coordinator of each key: cached, or one batched FindCoordinator (v4+; one per key
+        before Kafka 3.0) for the rest, each request bounded by `deadline`.
+
+        kafka-python's own lookup gives it the client's request timeout, so an EndTxn round
+        could last about that long again past its deadline (review N7).
+        """
+        cluster = self._manager.cluster
+        found: dict[str, int] = {}
+        unknown: list[str] = []
+        for key in keys:
+            cached = cluster.get_coordinator(key, kind)
+            if cached is None:
+                unknown.append(key)
+            else:
+                found[key] = cached
+        if not unknown:
+            return found
+        if self._manager.broker_version_data.api_version(FindCoordinatorRequest) >= 4:
+            request = FindCoordinatorRequest(
+                key_type=kind.value, coordinator_keys=unknown, min_version=4
+            )
+            response = await self._send_by(request, deadline)
+            for row in response.coordinators:
+                found[row.key] = cluster.add_coordinator(
+                    row, kind, row.key, synthesize_node_id=False
+                )
+            return found
+        for key in unknown:
+            request = FindCoordinatorRequest(key=key, key_type=kind.value, max_version=3)
+            response = await self._send_by(request, deadline)
+            found[key] = cluster.add_coordinator(response, kind, key, synthesize_node_id=False)
         return found
 
-    async def _coordinator_of(self, txn_id: str) -> int:
-        node: int = await self._admin._find_coordinator_id(txn_id, CoordinatorType.TRANSACTION)
-        return node
+    async def _coordinator_of(
+        self, key: str, deadline: float, kind: CoordinatorType = CoordinatorType.TRANSACTION
+    ) -> int:
+        return (await self._coordinators_of([key], deadline, kind))[key]
+
+    async def _send_by(self, request: Any, deadline: float, node: int | None = None) -> Any:
+        """Send `request` (to the least loaded broker without `node`) and wait for its answer
+        until `deadline`: the request's own timeout does not cover a new connection's set-up
+        (socket_connection_setup_timeout_ms, then ApiVersions and SASL)."""
+        remaining_ms = self._remaining_ms(deadline)
+        future = self._manager.send(request, node_id=node, request_timeout_ms=remaining_ms)
+        return await self._manager.wait_for(future, remaining_ms)
 
     def _forget_coordinator(
         self, key: str, kind: CoordinatorType = CoordinatorType.TRANSACTION

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +28,7 @@ from kafka_txn_sink.kafka.cluster import Cluster
 from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
 from kafka_txn_sink.kafka.txn_admin import NOT_FOUND, ONGOING, TxnAdmin
 from kafka_txn_sink.protocol.messages import Triple
+from kafka_txn_sink.testing import KafkaBroker
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import create_topics
 
@@ -219,6 +224,35 @@ def test_a_helper_that_cannot_connect_leaves_the_round_to_the_clients_there_are(
     assert "EndTxn goes over 1 client(s): cannot reach Kafka" in caplog.text
     seen = [r.value for r in read_topic(kafka_bootstrap, topic)]
     assert len(seen) == len(set(seen)) == 6
+
+
+def test_a_round_ends_at_its_deadline_when_the_coordinator_lookup_hangs(
+    make_kafka_broker: Callable[..., KafkaBroker],
+) -> None:
+    """N7: the FindCoordinator of an EndTxn round is bounded by the round's deadline, not by the
+    client's request timeout (20 s here), so the commit margin bounds the round; the transaction
+    it could not reach is still there to commit once the broker answers."""
+    broker = make_kafka_broker()
+    topic = f"coord_{uuid.uuid4().hex[:10]}"
+    create_topics(broker.bootstrap, 1, topic)
+    triple = prepared_here(broker.bootstrap, topic, rows=3)
+    assert broker.pid is not None
+    with TxnAdmin(broker.bootstrap, {}, timeout_ms=20_000) as txn_admin:
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            [result] = txn_admin.end_transactions([triple], commit=True, deadline_s=1.5)
+            took = time.monotonic() - started
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        [after] = txn_admin.end_transactions([triple], commit=True, deadline_s=30)
+
+    assert result.error is not None and "deadline exceeded" in result.error
+    assert took < 5, f"the round took {took:.1f} s past a deadline of 1.5 s"
+    assert after.error is None
+    assert sorted(r.value for r in read_topic(broker.bootstrap, topic)) == [
+        f"{triple.transactional_id} {row}".encode() for row in range(3)
+    ]
 
 
 def test_fenced_by_a_new_producer_then_commit_fails(kafka_bootstrap: str, topic: str) -> None:
