@@ -201,8 +201,15 @@ class Committer:
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
         """Close the batch's open round, then abort each prepared transaction that no decision
-        holds; never touch a decided one, nor anything while the outcome is unknown."""
+        holds; never touch a decided one, nor anything while the outcome is unknown.
+
+        With the progress transaction in the output's cluster (option consumerGroup), a round
+        this closes, or a repair's abort, also runs the clean-up: the messages are the tasks'
+        only, and commit() may have left its progress transaction open for a decision or repair
+        whose write got no answer; the clean-up aborts it unless a record holds it (review
+        N8)."""
         tasks = [m for m in messages if isinstance(m, TaskCommit)]
+        repairing = any(t.level for t in tasks)
         try:
             decision = self._close_round(tasks, batch_id)
         except CommitLogError as exc:
@@ -216,11 +223,12 @@ class Committer:
             )
             return
         if decision is not None:
-            held = held_by_repairs(self._log, decision) if any(t.level for t in tasks) else set()
+            held = held_by_repairs(self._log, decision) if repairing else set()
             self._abort_undecided([t for t in tasks if t.triple not in held], decision)
         else:
             self.abort_prepared(tasks)
-        if len(tasks) < len(messages) or not messages:
+        progress_left = (decision is None or repairing) and self._open_progress_possible()
+        if len(tasks) < len(messages) or not messages or progress_left:
             self._clean_up()
 
     def _close_round(self, tasks: Sequence[TaskCommit], batch_id: int) -> Decision | None:
@@ -283,11 +291,15 @@ class Committer:
             raise
         return self._put(decision, progress)
 
+    def _open_progress_possible(self) -> bool:
+        """Whether commit() opens a progress transaction in the output's cluster."""
+        where = self._options.progress
+        return where is not None and not where.elsewhere
+
     def _open_progress(self, batch_id: int) -> tuple[Participant, ...]:
         """The progress transaction of the batch, open (progress.py); none without option
         consumerGroup, or with the group on another cluster (committed after the rows)."""
-        where = self._options.progress
-        if where is None or where.elsewhere:
+        if not self._open_progress_possible():
             return ()
         progress = batch_progress(self._options, batch_id)
         assert progress is not None

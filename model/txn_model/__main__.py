@@ -102,6 +102,12 @@ def parse(argv: list[str]) -> Config:
         "cluster), or by a rejected design (plain, first, blind)",
     )
     parser.add_argument(
+        "--abort-leaves-progress",
+        action="store_true",
+        help="with --offsets participant: the product before review N8: abort() after a "
+        "decision in doubt returns without ending the progress transaction",
+    )
+    parser.add_argument(
         "--txn-ids",
         choices=TXN_IDS,
         default="pool",
@@ -125,6 +131,8 @@ def parse(argv: list[str]) -> Config:
         parser.error("--regroup with --offsets is not modelled")
     if args.repair_flaw in ("per-task-only", "union-partial") and not args.regroup:
         parser.error(f"--repair-flaw {args.repair_flaw} needs --regroup")
+    if args.abort_leaves_progress and args.offsets not in ("participant", "first"):
+        parser.error("--abort-leaves-progress needs --offsets participant")
     if args.slots < 2:
         parser.error("--slots must be at least 2 (a new run never takes the owner's slot)")
     return Config(
@@ -150,6 +158,7 @@ def parse(argv: list[str]) -> Config:
         reorder=args.reorder,
         regroup=args.regroup,
         offsets=args.offsets,
+        abort_leaves_progress=args.abort_leaves_progress,
         max_states=args.max_states,
     )
 

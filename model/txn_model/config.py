@@ -115,6 +115,13 @@ class Config:
     participants when their digests together are equal (repair.py `matched`)."""
     offsets: str = ""
     """With `repair`: one of `OFFSETS` (offsets.py)."""
+    abort_leaves_progress: bool = False
+    """With `offsets` `participant`: the product before review N8 fixed it. abort() knows only
+    the tasks' messages (Spark hands it nothing else, in another process than commit()'s), so
+    after a decision write in doubt it closes the round with its abort record, aborts the
+    tasks' transactions and returns, leaving the progress transaction open until the
+    coordinator's timeout. The sound design runs the clean-up there, which aborts this run's
+    open transactions that no incomplete decision holds (the progress one among them)."""
     progress: bool = False
     """Also require, in a final state, that some run finished the query unless a driver crashed
     or the coordinator timed out a transaction: overlapping drivers alone must not stop it."""
@@ -154,6 +161,8 @@ class Config:
             parts.append(f"regroup={self.regroup}")
         if self.offsets:
             parts.append(f"offsets={self.offsets}")
+        if self.abort_leaves_progress:
+            parts.append("abort_leaves_progress")
         if self.progress:
             parts.append("progress")
         return " ".join(parts)

@@ -104,6 +104,7 @@ def _raise(world: World, driver: Driver, why: str, ending: Status) -> Step:
     """commit() raised (or the stage failed): Spark calls abort(), which starts with its own
     streamWriter(). A superseded run released its run first, so that writer records a new one."""
     following = Phase.ABORT_TAKE_OVER if driver.released else Phase.ABORT_ROLL
+    world, driver = offsets.forget_progress(world, driver)
     driver = driver._replace(ending=ending, reason=why, phase=following)
     return say(driver, f"{why}: commit() raises, Spark calls abort()"), with_driver(world, driver)
 
@@ -354,12 +355,19 @@ def _abort_txns(world: World, config: Config, driver: Driver) -> Iterator[Step]:
             assert driver.ending is not None
             yield say(driver, text), stop_run(sent, config, driver, driver.ending, driver.reason)
         world = append_entry(world, record)
+        driver = driver._replace(abort_held=driver.batch)
     world = abort_undecided(world, config, driver)
+    put = f"puts {record}, " if driver.abort_held == driver.batch else ""
     if any(m.status == "failed" for m in driver.messages):
-        text = "abort(): aborts its own undecided transactions; a task failed: clean-up"
+        text = f"abort(): {put}aborts its own undecided transactions; a task failed: clean-up"
         yield say(driver, text), at_phase(world, driver, Phase.SWEEP_DESCRIBE)
         return
-    text = "abort(): aborts its own undecided transactions; the query stops"
+    progress = config.offsets in ("participant", "first") and not config.abort_leaves_progress
+    if put and progress:
+        text = f"abort(): {put}aborts its own undecided transactions; then the clean-up"
+        yield say(driver, text), at_phase(world, driver, Phase.SWEEP_DESCRIBE)
+        return
+    text = f"abort(): {put}aborts its own undecided transactions; the query stops"
     assert driver.ending is not None
     yield say(driver, text), stop_run(world, config, driver, driver.ending, driver.reason)
 

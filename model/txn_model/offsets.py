@@ -31,6 +31,7 @@ README.md:
 
 from __future__ import annotations
 
+from model.txn_model import commit_log as cl
 from model.txn_model.commit_log import Entry
 from model.txn_model.config import Config
 from model.txn_model.coordinator import (
@@ -38,6 +39,7 @@ from model.txn_model.coordinator import (
     Row,
     Triple,
     TxnState,
+    describe,
     end_txn,
     held_in,
     init_producer,
@@ -45,7 +47,7 @@ from model.txn_model.coordinator import (
     produce,
 )
 from model.txn_model.repair import COMMITTING, batch_rows
-from model.txn_model.state import Driver, Message, Phase, World
+from model.txn_model.state import Driver, Message, Phase, Status, World
 
 PROGRESS = -1
 """The partition number of the progress participant in messages, decisions and completions."""
@@ -83,6 +85,43 @@ def open_progress(world: World, driver: Driver, slot: int) -> tuple[str, World, 
     messages = (*driver.messages, Message(PROGRESS, "prepared", triple))
     text = f"opens its progress transaction {triple} with the end offsets of batch {driver.batch}"
     return text, world._replace(coordinator=coordinator), driver._replace(messages=messages)
+
+
+def forget_progress(world: World, driver: Driver) -> tuple[World, Driver]:
+    """commit() raises: Spark's abort() runs in another process and gets only the tasks'
+    messages, so the progress transaction's triple stays behind. commit() aborts it first (by
+    exact triple) unless a record it put lists it: a decision or repair, landed or in doubt
+    (decide.py `_abort_progress`)."""
+    mine = [m.triple for m in driver.messages if m.partition == PROGRESS and m.triple]
+    if not mine:
+        return world, driver
+    listed = {p.triple for e in (*world.log, *world.in_flight) for p in e.participants}
+    if mine[0] not in listed:
+        coordinator, _ = end_txn(world.coordinator, mine[0], commit=False)
+        world = world._replace(coordinator=coordinator)
+    tasks = tuple(m for m in driver.messages if m.partition != PROGRESS)
+    return world, driver._replace(messages=tasks)
+
+
+def left_by_abort(world: World) -> str | None:
+    """A run whose abort() closed its batch's round with its own abort record and returned, with
+    no newer run since (whose clean-up would own the rest): its progress transaction of that
+    batch must not be left open (review N8: the group's stable offsets would read as pending
+    until the coordinator's timeout)."""
+    for driver in world.drivers:
+        if driver.abort_held < 0 or driver.status in (Status.RUNNING, Status.CRASHED):
+            continue
+        if cl.superseded_by(world.log, driver.number) is not None:
+            continue
+        txn_id = progress_id(driver.slot)
+        txn = describe(world.coordinator, txn_id)
+        batch_open = txn is not None and txn.state is TxnState.ONGOING
+        if batch_open and txn is not None and (driver.abort_held, PROGRESS, 0) in txn.rows:
+            return (
+                f"{driver.name()}'s abort() closed batch {driver.abort_held}'s round and "
+                f"returned, but its progress transaction {txn_id} is still open"
+            )
+    return None
 
 
 def needs_progress(driver: Driver, repairing: bool) -> bool:
@@ -132,6 +171,9 @@ def take(world: World, batch: int) -> World:
 def violation(world: World, config: Config) -> str | None:
     """The group's rules, in every state: it never moves back, and never holds the offsets of a
     batch some row of which (or of an earlier batch) is not visible."""
+    stray = left_by_abort(world)
+    if stray is not None:
+        return stray
     current, highest = world.group
     if current < highest:
         return f"group offsets moved back: batch {highest}'s, then batch {current}'s"

@@ -90,6 +90,7 @@ class Driver(NamedTuple):
     ending: Status | None = None  # keyed: in abort(), how the run ends when it returns
     repair: tuple[int, tuple[int, ...]] = (0, ())  # repair: (level, partitions) it planned
     fence: tuple[Triple, int] | None = None  # offsets fenced: its group transaction, the target
+    abort_held: int = -1  # keyed: the batch whose open round abort()'s own record closed
 
     @property
     def alive(self) -> bool:

@@ -7,18 +7,23 @@ completed whole, or aborted and run again; never decided with its transactions a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kafka_txn_sink.commit_log import open_commit_log
 from kafka_txn_sink.errors import CommitLogError
+from kafka_txn_sink.kafka.groups import fetch_offsets
+from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.options import SinkOptions, parse_options
 from kafka_txn_sink.protocol.decide import abort_batch, commit_batch
 from kafka_txn_sink.protocol.messages import Abort
 from kafka_txn_sink.protocol.runs import RunRef, take_over
 from kafka_txn_sink.protocol.task_commit import TaskCommit
+from kafka_txn_sink.protocol.txn_ids import progress_id
 from kafka_txn_sink.testing import create_topic
 from kafka_txn_sink.testing.topics import read_topic
 from tests.conftest import S3_TEST_SECRET
@@ -32,10 +37,17 @@ PARTITIONS = 2
 HOLD_S = 30.0  # a bound only: the test releases the held PUTs itself
 
 
-def _options(bootstrap: str, endpoint: str, bucket: str, names: tuple[str, str]) -> Any:
+def _options(
+    bootstrap: str,
+    endpoint: str,
+    bucket: str,
+    names: tuple[str, str],
+    group: dict[str, str] | None = None,
+) -> Any:
     topic, sink_id = names
     return parse_options(
         {
+            **(group or {}),
             "kafka.bootstrap.servers": bootstrap,
             "topic": topic,
             "sinkId": sink_id,
@@ -120,3 +132,51 @@ def _wait(done: Callable[[], bool], timeout_s: float = 20.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def _checkpoint(path: Path, topic: str) -> Path:
+    """A Spark checkpoint whose batch 0 read `topic` up to offset 0 of each partition."""
+    (path / "offsets").mkdir(parents=True)
+    end = {topic: {str(p): 0 for p in range(PARTITIONS)}}
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}'
+    (path / "offsets" / "0").write_text(f"v1\n{meta}\n{json.dumps(end)}")
+    return path
+
+
+def test_abort_after_a_decision_in_doubt_leaves_the_group_readable(
+    kafka_bootstrap: str,
+    s3_endpoint: str,
+    s3_bucket: str,
+    unique: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """Review N8, option consumerGroup: commit() opened the batch's progress transaction, and
+    its decision write got no answer. Spark's abort() (another process, the tasks' messages
+    only) closes the round with its abort record and then ends the progress transaction too, so
+    the group's stable offsets can be read at once, not only after the transaction timeout
+    (60 s here)."""
+    names = (unique("in_doubt_out"), unique("in_doubt_g"))
+    source, group = unique("in_doubt_in"), unique("in_doubt_group")
+    create_topic(kafka_bootstrap, names[0], partitions=PARTITIONS)
+    create_topic(kafka_bootstrap, source, partitions=PARTITIONS)
+    settings = {
+        "consumerGroup": group,
+        "checkpointLocation": str(_checkpoint(tmp_path / "checkpoint", source)),
+    }
+    with HoldingProxy(s3_endpoint, "/log/decisions/", b'"kind":"decision"', HOLD_S) as proxy:
+        options = _options(kafka_bootstrap, proxy.endpoint, s3_bucket, names, settings)
+        run, tasks = _run_batch(options, 0)
+        with pytest.raises(CommitLogError):
+            commit_batch(options, tasks, 0, run)
+        abort_batch(options, tasks, 0, run)
+        proxy.release()
+
+    progress = progress_id(options.sink_id, slot=run.slot)
+    with TxnAdmin(kafka_bootstrap, {}) as client:
+        state = client.describe([progress])[progress]
+        offsets = fetch_offsets(
+            client, group, {source: dict.fromkeys(range(PARTITIONS), 0)}, 10, stable=True
+        )
+    assert state.state != ONGOING, f"{progress} is still open after abort(): {state}"
+    assert offsets == {}  # nothing committed, nothing pending
+    assert _values(kafka_bootstrap, options) == []

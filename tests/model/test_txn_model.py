@@ -592,6 +592,22 @@ def test_the_group_holds_the_last_batchs_offsets_never_ahead_never_back(
     assert result.offsets_only_repairs > 0
 
 
+def test_abort_that_leaves_the_progress_transaction_open_is_found() -> None:
+    """Review N8, the product before it was fixed: Spark's abort() gets the tasks' messages only,
+    so after a decision write in doubt it closed the round and returned with the progress
+    transaction still open. The sound design runs the clean-up there (decide.py `abort`)."""
+    config = replace(OFFSETS, drivers=1, timeouts=0, late_writes=1)
+    flawed = explore(replace(config, abort_leaves_progress=True))
+
+    assert flawed.violation == (
+        "driver 0's abort() closed batch 0's round and returned, but its progress transaction "
+        "s-0-g is still open"
+    )
+    assert len(flawed.trace) == 17
+    assert "the request times out, outcome unknown" in flawed.trace[13]
+    assert explore(config).ok
+
+
 def test_a_plain_offset_commit_after_the_completion_moves_the_group_back() -> None:
     """Rejected: a plain OffsetCommit after the roll-forward. A second driver replaying batch 0
     commits batch 0's offsets after the first driver committed batch 1's."""
