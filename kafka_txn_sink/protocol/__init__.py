@@ -9,6 +9,8 @@ the commit log belongs to this sink, and roll forward every decided batch not ye
    offsets to the driver in a `TaskCommit` (`messages.py`).
 2. Decide, on the driver (`decide.py`): check every prepared transaction is still open with
    time left, then write the decision put-if-absent in the commit log. This is the commit point.
+   (`record.py` holds the check and the put's handling of the progress transaction, which a
+   repair's record, `repair.py`, shares.)
 3. Complete, on the driver (`complete.py`): EndTxn(commit) for every participant, a fate probe
    where EndTxn errs, republishing of lost file references in files mode, and the completion
    marker.

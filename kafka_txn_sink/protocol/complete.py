@@ -28,7 +28,6 @@ from kafka_txn_sink.errors import (
     TransactionLostError,
 )
 from kafka_txn_sink.kafka.admin_api import (
-    ONGOING,
     EndTxnResult,
     Fate,
     FateAnswer,
@@ -41,7 +40,6 @@ from kafka_txn_sink.protocol.messages import (
     Completion,
     Decision,
     LostParticipant,
-    OffsetRanges,
     Participant,
     Republish,
     Triple,
@@ -199,7 +197,9 @@ class Settler:
         )
         if result.ok:
             return True
-        answer = self._settle(record.triple, record.offsets, f"republish {result.error}")
+        answer = self._settle(
+            record.triple, f"republish {result.error}", self._cluster.fate(record.offsets)
+        )
         if answer.fate is Fate.UNDETERMINED:
             raise TransactionFateUnknownError(
                 f"batch {decision.batch_id} of sink {self._sink_id}: round {record.round} of "
@@ -229,7 +229,9 @@ class Settler:
             if result.ok:
                 continue
             error = result.error or "unknown"
-            answer = self._settle(participant.triple, participant.offsets, error)
+            answer = self._settle(
+                participant.triple, error, self._cluster.fate(participant.offsets)
+            )
             if answer.fate is Fate.ABORTED:
                 lost.append((participant, f"{error}; {self._loss_cause(participant.triple)}"))
             elif answer.fate is Fate.UNDETERMINED:
@@ -282,22 +284,14 @@ class Settler:
         return []
 
     def _settle_progress(self, participant: Participant, error: str) -> FateAnswer:
-        """The progress transaction's fate from its group's stable offsets (no records).
+        """The progress transaction's fate, from its group's stable offsets (it has no records).
 
         Raises:
             TransactionCompletionError: its offsets (or another's) are still pending.
         """
         assert participant.progress is not None
         answer = self._cluster.progress_fate(participant.progress)
-        if answer.fate is Fate.OPEN:
-            raise TransactionCompletionError(
-                f"EndTxn for the progress transaction {participant.triple} failed ({error}) "
-                f"and its fate is not settled yet: {answer.evidence}; recovery retries on the "
-                f"next batch or restart"
-            )
-        log.warning("EndTxn for %s failed (%s); group: %s", participant.triple, error,
-                    answer.evidence)  # fmt: skip
-        return answer
+        return self._settle(participant.triple, error, answer)
 
     def wait_visible(self, levels: Sequence[tuple[Decision, Completion | None]]) -> None:
         """After a batch's completion (and repairs): wait until every transaction that wrote
@@ -365,14 +359,14 @@ class Settler:
             )
         return f"aborted ({now.state} at producer {now.producer_id} epoch {now.producer_epoch})"
 
-    def _settle(self, triple: Triple, offsets: OffsetRanges, error: str) -> FateAnswer:
-        """An EndTxn error is no proof of abort: read the transaction's records back.
+    def _settle(self, triple: Triple, error: str, answer: FateAnswer) -> FateAnswer:
+        """An EndTxn error is no proof of abort: `answer` is the probe's reading of the
+        transaction's records (or, for the progress transaction, of its group's offsets).
 
         Raises:
             TransactionCompletionError: the fate is not settled within the deadline (still
                 open, or no answer); the next attempt or restart asks again.
         """
-        answer = self._cluster.fate(offsets)
         if answer.fate is Fate.OPEN:
             raise TransactionCompletionError(
                 f"EndTxn(commit) for {triple} failed ({error}) and its fate is not settled yet: "
@@ -407,27 +401,6 @@ UNRESOLVED = (
     "it settled; it stays unresolved: check by hand whether the consumers of these topics "
     "received these rows."
 )
-
-
-def time_left(
-    admin: TransactionAdmin, participants: Sequence[Participant]
-) -> list[tuple[Participant, TxnState | None, int | None]]:
-    """Each participant, its id's state at the coordinator, and the ms its transaction has left
-    before the coordinator's timeout aborts it: None when the id is not open as its triple.
-
-    The check before a decision or a repair is recorded: only open transactions with time left
-    can be committed by it.
-    """
-    states = admin.describe(p.transactional_id for p in participants)
-    now = now_ms()
-    found: list[tuple[Participant, TxnState | None, int | None]] = []
-    for participant in participants:
-        state = states.get(participant.transactional_id)
-        if state is None or state.state != ONGOING or state.triple != participant.triple:
-            found.append((participant, state, None))
-        else:
-            found.append((participant, state, state.start_ms + state.timeout_ms - now))
-    return found
 
 
 def _preparing_commit(state: TxnState | None, triple: Triple) -> bool:

@@ -48,7 +48,7 @@ from kafka_txn_sink.errors import (
 )
 from kafka_txn_sink.kafka.admin_api import TransactionAdmin
 from kafka_txn_sink.options import SinkOptions
-from kafka_txn_sink.protocol.complete import Settler, time_left
+from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import (
     FORMAT_VERSION,
     PROGRESS_FORMAT_VERSION,
@@ -61,6 +61,7 @@ from kafka_txn_sink.protocol.messages import (
 from kafka_txn_sink.protocol.prepare import BatchWrite
 from kafka_txn_sink.protocol.progress import batch_progress, open_progress
 from kafka_txn_sink.protocol.progress_across import commit_across
+from kafka_txn_sink.protocol.record import check_open, record_with_progress
 from kafka_txn_sink.protocol.recover import CleanupSchedule, clean_up
 from kafka_txn_sink.protocol.repair import (
     Repairer,
@@ -284,12 +285,23 @@ class Committer:
             )
         participants = tuple(t.participant() for t in tasks if t.status == "prepared")
         progress = self._open_progress(batch_id)
-        try:
-            decision = self._checked(tasks, batch_id, query_id, round_, (*participants, *progress))
-        except BaseException:
-            self._abort_progress(progress, "the batch was not decided")
-            raise
-        return self._put(decision, progress)
+        found, ours = record_with_progress(
+            self._settler,
+            progress,
+            lambda: self._checked(tasks, batch_id, query_id, round_, (*participants, *progress)),
+            self._put_decision,
+        )
+        if not ours:  # an older run's decision counts: commit() completes it
+            check_decided_by(found, self._run, self._log)
+            log.warning(
+                "batch %d of sink %s was decided by run %s first; rolling that decision forward",
+                batch_id,
+                self._options.sink_id,
+                found.run,
+            )
+            return found
+        failpoints.fire("driver.after_decision", batch_id)
+        return found
 
     def _open_progress_possible(self) -> bool:
         """Whether commit() opens a progress transaction in the output's cluster."""
@@ -338,36 +350,10 @@ class Committer:
         check_current(self._options.sink_id, self._log, self._run)
         return decision
 
-    def _put(self, decision: Decision, progress: tuple[Participant, ...]) -> Decision:
-        """Put the decision: ours, or an older run's. Our progress transaction is aborted only
-        once another record holds the key; never while ours may land or has landed."""
-        try:
-            found = self._put_decision(decision)
-        except CommitLogConflictError:
-            self._abort_progress(progress, "another record holds the batch's outcome key")
-            raise
-        if found is not decision:
-            self._abort_progress(progress, "an older run's decision holds the batch")
-            check_decided_by(found, self._run, self._log)
-            log.warning(
-                "batch %d of sink %s was decided by run %s first; rolling that decision forward",
-                decision.batch_id,
-                self._options.sink_id,
-                found.run,
-            )
-            return found  # an older run's decision counts: commit() completes it
-        failpoints.fire("driver.after_decision", decision.batch_id)
-        return decision
-
-    def _abort_progress(self, progress: tuple[Participant, ...], why: str) -> None:
-        for result in self._settler.abort([p.triple for p in progress]):
-            if not result.ok:  # the coordinator's timeout or the clean-up aborts it instead
-                log.warning("abort of progress %s (%s) failed: %s", result.triple, why,
-                            result.error)  # fmt: skip
-
-    def _put_decision(self, decision: Decision) -> Decision:
-        """Put `decision` at its round of the batch's outcome key; returns it, or the decision
-        another run put first (refused for a batch write).
+    def _put_decision(self, decision: Decision) -> tuple[Decision, bool]:
+        """Put `decision` at its round of the batch's outcome key; returns the decision that
+        holds the batch, and whether it is ours (another run's may have been put first; refused
+        for a batch write).
 
         Raises:
             DecisionInDoubtError: the write got no answer; it may still land. Spark's abort()
@@ -377,12 +363,12 @@ class Committer:
         """
         try:
             self._log.put_decision(decision)
-            return decision
+            return decision, True
         except CommitLogConflictError:
             found = self._log.decision(decision.batch_id)
             if found is None or self._write is not None:
                 raise
-            return found
+            return found, False
         except CommitLogError as exc:
             raise DecisionInDoubtError(
                 f"batch {decision.batch_id} of sink {self._options.sink_id}: the decision could "
@@ -392,20 +378,17 @@ class Committer:
             ) from exc
 
     def _check_prepared(self, participants: Sequence[Participant], batch_id: int) -> None:
-        too_old = []
-        for participant, state, left_ms in time_left(self._txn_admin, participants):
-            if left_ms is None:
-                raise ParticipantNotCommittableError(
-                    f"batch {batch_id}: the transaction of {participant.describe()} "
-                    f"({participant.triple}) is no longer open: the "
-                    f"coordinator reports {state}. It was fenced or aborted; nothing of the "
-                    f"batch is published and {self._runs_again()}."
-                )
-            if left_ms < self._options.margin_ms:
-                too_old.append((participant, left_ms))
-        if too_old:
+        found = check_open(self._txn_admin, participants, self._options.margin_ms)
+        for participant, state in found.closed:
+            raise ParticipantNotCommittableError(
+                f"batch {batch_id}: the transaction of {participant.describe()} "
+                f"({participant.triple}) is no longer open: the "
+                f"coordinator reports {state}. It was fenced or aborted; nothing of the "
+                f"batch is published and {self._runs_again()}."
+            )
+        if found.short:
             raise TransactionTooOldError(
-                _too_old_message(batch_id, too_old, self._options, self._write)
+                _too_old_message(batch_id, list(found.short), self._options, self._write)
             )
 
     def _check_decided_for(self, decision: Decision, query_id: str) -> None:

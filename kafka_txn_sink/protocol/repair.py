@@ -45,7 +45,7 @@ from kafka_txn_sink.errors import (
     TransactionLostError,
 )
 from kafka_txn_sink.kafka.admin_api import TransactionAdmin
-from kafka_txn_sink.protocol.complete import Settler, describe_lost, time_left
+from kafka_txn_sink.protocol.complete import Settler, describe_lost
 from kafka_txn_sink.protocol.messages import (
     PROGRESS_PARTITION,
     Completion,
@@ -56,6 +56,7 @@ from kafka_txn_sink.protocol.messages import (
     Triple,
     now_ms,
 )
+from kafka_txn_sink.protocol.record import check_open, record_with_progress
 from kafka_txn_sink.protocol.runs import RunRef, check_current, check_decided_by
 from kafka_txn_sink.records.digest import combine
 
@@ -303,15 +304,14 @@ class Repairer:
             progress_lost = []
         participants = (*(t.participant() for t in found.tasks), *progress)
         repaired = [*(x.triple for x in found.repaired), *(x.triple for x in progress_lost)]
-        try:
-            repair = self._checked(decision, level, participants, len(tasks), refusals, repaired)
-        except BaseException:
-            self._settler.abort([p.triple for p in progress])
-            raise
-        holder, ours = self._put(repair)
+        holder, ours = record_with_progress(
+            self._settler,
+            progress,
+            lambda: self._checked(decision, level, participants, len(tasks), refusals, repaired),
+            self._put,
+        )
         if not ours:  # the level is another run's: ours can never be committed
             self._abort(t for t in tasks if t.status == "prepared" and t.triple in chosen)
-            self._settler.abort([p.triple for p in progress])
         return holder, ours
 
     def _checked(
@@ -366,14 +366,17 @@ class Repairer:
         return holder, ours
 
     def _check_open(self, batch_id: int, participants: Sequence[Participant]) -> None:
-        for participant, state, left_ms in time_left(self._txn_admin, participants):
-            if left_ms is None or left_ms < self._margin_ms:
-                raise ParticipantNotCommittableError(
-                    f"batch {batch_id}: the repair transaction of {participant.describe()} "
-                    f"({participant.triple}) is not open with enough "
-                    f"time left (the coordinator reports {state}); nothing of the repair is "
-                    f"recorded and the batch runs again"
-                )
+        found = check_open(self._txn_admin, participants, self._margin_ms)
+        failing = [
+            *((p, f"the coordinator reports {state}") for p, state in found.closed),
+            *((p, f"{left} ms left, {self._margin_ms} needed") for p, left in found.short),
+        ]
+        for participant, why in failing[:1]:
+            raise ParticipantNotCommittableError(
+                f"batch {batch_id}: the repair transaction of {participant.describe()} "
+                f"({participant.triple}) is not open with enough time left ({why}); nothing "
+                f"of the repair is recorded and the batch runs again"
+            )
 
     def _abort(self, tasks: Iterable[TaskCommit]) -> None:
         triples = [t.prepared_triple for t in tasks if t.status == "prepared"]

@@ -364,8 +364,8 @@ def test_rows_lost_and_an_abort_that_errs_still_record_the_progress_lost(
 def test_another_runs_decision_found_first_aborts_our_progress(
     gdriver: GroupDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def theirs(decision: Decision) -> Decision:
-        return dataclasses.replace(decision, participants=decision.participants[:1])
+    def theirs(decision: Decision) -> tuple[Decision, bool]:
+        return dataclasses.replace(decision, participants=decision.participants[:1]), False
 
     monkeypatch.setattr(gdriver.committer, "_put_decision", theirs)
     gdriver.committer.commit([_task(gdriver, 0)], 0)  # completes theirs
@@ -377,7 +377,7 @@ def test_another_runs_decision_found_first_aborts_our_progress(
 def test_a_failure_after_the_decision_is_put_keeps_the_progress(gdriver: GroupDriver) -> None:
     """The decision may have landed: nothing it may hold is aborted (an unknown is no no)."""
 
-    def lands_then_fails(decision: Decision) -> Decision:
+    def lands_then_fails(decision: Decision) -> tuple[Decision, bool]:
         gdriver.log.put_decision(decision)  # type: ignore[attr-defined]
         raise KeyboardInterrupt
 
