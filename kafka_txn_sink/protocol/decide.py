@@ -1,15 +1,15 @@
 """Step 2, on the driver: decide a batch (`commit(messages, batchId)`), or abort it.
 
 `Committer.commit` does, in this order:
-1. checks that the tasks' query is the one the commit log belongs to (before anything else; not
-   for a batch write, whose decision carries the write's own query id);
-2. rolls forward a batch that is decided already, and does nothing more for it (a batch write's
+1. checks that every task sent a message and that they add up;
+2. checks that the tasks' query is the one the commit log belongs to (not for a batch write,
+   whose decision carries the write's own query id);
+3. rolls forward a batch that is decided already, and does nothing more for it (a batch write's
    batch decided for another write is refused: two writes ran at once; a batch decided by a
-   newer run means this run is superseded);
-3. checks that every task sent a message and that they add up;
+   newer run means this run is superseded), aborting what its tasks prepared outside it;
 4. checks that every prepared transaction is still Ongoing with its triple and has time left
    before the brokers would abort it (the margin: every step from this check to the last
-   EndTxn, each at its deadline: margin.py);
+   EndTxn, each at its deadline: margin.py; the check and the put are record.py's);
 5. stops with `SupersededError`, having written nothing, if a newer run owns the sink
    (runs.py); else writes the decision record, with its run, put-if-absent at the batch's open
    round of its outcome key: the commit point of the batch. A write that fails without an
@@ -18,7 +18,8 @@
 6. completes the batch (complete.py): EndTxn(commit) for every participant, settled by a probe
    when it errs, then the completion marker; a replay of a batch whose decided transactions
    the brokers aborted repairs them with its tasks' new transactions (repair.py), and the batch
-   passes only when none of its rows waits for a repair;
+   passes only when none of its rows waits for a repair; with the consumer group on another
+   cluster, commits the batch's offsets there once every row is visible (progress_across.py);
 7. runs the clean-up of this sink's leftovers when it is due (recover.py).
 `abort` first closes the batch's open round with an abort record (put-if-absent, racing any
 decision write still in flight for that key); only when that record holds the key does it abort
@@ -153,7 +154,8 @@ class Committer:
         self._write = write
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
-        """Decide batch `batch_id` from its tasks' messages, complete it, clean up when due.
+        """Decide batch `batch_id` from its tasks' messages, complete it, clean up when due: the
+        steps of the module's docstring, each once, in that order.
 
         Raises:
             SupersededError: a newer run owns the sink; this did nothing.
@@ -162,43 +164,65 @@ class Committer:
             TransactionLostError / TransactionCompletionError: decided, but not completed.
         """
         tasks = _complete_messages(messages, batch_id)
-        if self._write is None:
-            check_query_id(self._log, {t.query_id for t in tasks})
-            query_id = tasks[0].query_id if tasks else ""
-        else:
-            query_id = self._write.query_id
-        decision, round_ = self._log.settled(batch_id)
-        if decision is None:
-            decision = self._decide(tasks, batch_id, query_id, round_)
-        else:
-            check_decided_by(decision, self._run, self._log)
-            self._check_decided_for(decision, query_id)
-            log.info(
-                "batch %d of sink %s was decided before; rolling it forward",
-                batch_id,
-                self._options.sink_id,
-            )
-            self._make_cleanup_due("a decided batch was rolled forward")
-        if self._abort_undecided([t for t in tasks if t.level == 0], decision):
-            self._make_cleanup_due("prepared transactions outside the decision were aborted")
-        if any(t.attempt > 0 for t in tasks):
-            self._make_cleanup_due("a task of the batch was retried")
+        query_id = self._query_of(tasks)
+        decision = self._decided_or_decide(tasks, batch_id, query_id)
+        self._abort_strays(tasks, decision)
         completion = self._settler.complete_or_raise_loss(decision)
         remember_lossless(self._log, completion)
         repaired = bool(completion.lost) or any(t.level > 0 for t in tasks)
         if repaired:
             self._repairer().finish(decision, tasks)
-        if self._options.progress is not None and self._options.progress.elsewhere:
-            levels: list[tuple[Decision, Completion | None]] = [(decision, completion)]
-            if repaired:
-                found = batch_levels(self._log, decision)
-                levels = list(zip(found.levels, found.completions, strict=True))
-            self._settler.wait_visible(levels)
-            failpoints.fire("driver.before_group_commit", batch_id)
-            commit_across(self._options, batch_id)
+        self._commit_group_elsewhere(decision, completion, repaired)
         failpoints.fire("driver.after_completion", batch_id)
         if self._cleanup is None or self._cleanup.take_due():
             self._clean_up()
+
+    def _query_of(self, tasks: Sequence[TaskCommit]) -> str:
+        """The batch's query id: the tasks', checked against the log's; a batch write's own."""
+        if self._write is not None:
+            return self._write.query_id
+        check_query_id(self._log, {t.query_id for t in tasks})
+        return tasks[0].query_id if tasks else ""
+
+    def _decided_or_decide(
+        self, tasks: list[TaskCommit], batch_id: int, query_id: str
+    ) -> Decision:
+        """The batch's decision: the one the log holds (rolled forward by the caller), or ours."""
+        decision, round_ = self._log.settled(batch_id)
+        if decision is None:
+            return self._decide(tasks, batch_id, query_id, round_)
+        check_decided_by(decision, self._run, self._log)
+        self._check_decided_for(decision, query_id)
+        log.info(
+            "batch %d of sink %s was decided before; rolling it forward",
+            batch_id,
+            self._options.sink_id,
+        )
+        self._make_cleanup_due("a decided batch was rolled forward")
+        return decision
+
+    def _abort_strays(self, tasks: Sequence[TaskCommit], decision: Decision) -> None:
+        """Abort the level-0 transactions the decision does not hold (a decision found in the
+        log); a retried task makes the clean-up due too (a zombie attempt may remain)."""
+        if self._abort_undecided([t for t in tasks if t.level == 0], decision):
+            self._make_cleanup_due("prepared transactions outside the decision were aborted")
+        if any(t.attempt > 0 for t in tasks):
+            self._make_cleanup_due("a task of the batch was retried")
+
+    def _commit_group_elsewhere(
+        self, decision: Decision, completion: Completion, repaired: bool
+    ) -> None:
+        """Option consumerGroup with the group on another cluster: once every row of every
+        level is visible, commit the batch's offsets there (progress_across.py)."""
+        if self._options.progress is None or not self._options.progress.elsewhere:
+            return
+        levels: list[tuple[Decision, Completion | None]] = [(decision, completion)]
+        if repaired:
+            found = batch_levels(self._log, decision)
+            levels = list(zip(found.levels, found.completions, strict=True))
+        self._settler.wait_visible(levels)
+        failpoints.fire("driver.before_group_commit", decision.batch_id)
+        commit_across(self._options, decision.batch_id)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
         """Close the batch's open round, then abort each prepared transaction that no decision
