@@ -9,7 +9,7 @@ string-id keys, or no keys with --no-keys) to one topic of --partitions partitio
 is aborted (nothing is ever committed):
 
 - `per-record callback`: what the Arrow path did before: produce() per record, librdkafka
-  partitions, and a Python delivery callback per record collecting offsets (`_Deliveries`);
+  partitions, and a Python delivery callback per record collecting offsets (`Deliveries`);
 - `send_many`: `TaskTransaction.send_many` as the Arrow path calls it now: partitions computed
   for the batch, produce() with an explicit partition, delivery reports kept by a C callback;
 - `send_many + digest`: the same through the digest of the records that records mode keeps for
@@ -33,13 +33,8 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from kafka_txn_sink.kafka.producer import (
-    POLL_EVERY,
-    Prepared,
-    TaskTransaction,
-    _Deliveries,
-    producer_config,
-)
+from kafka_txn_sink.kafka.deliveries import Deliveries
+from kafka_txn_sink.kafka.producer import POLL_EVERY, Prepared, TaskTransaction, producer_config
 from kafka_txn_sink.records.digest import DigestingTransaction
 from kafka_txn_sink.testing.kafka_broker import create_topic
 
@@ -122,7 +117,7 @@ def run_raw(
 ) -> tuple[float, float]:
     """One transaction of a bare transactional producer, with the per-record Python delivery
     callback or without delivery reports."""
-    deliveries = _Deliveries()
+    deliveries = Deliveries()
     config: dict[str, Any] = producer_config(bootstrap, {}, _txn_id(), 120_000)
     if reports:
         config["on_delivery"] = deliveries.on_delivery

@@ -41,6 +41,7 @@ if [[ $status -ne 0 ]]; then
   exit 1
 fi
 tier "ruff check" .venv/bin/ruff check
+tier "ruff format --check (package)" .venv/bin/ruff format --check kafka_txn_sink
 tier "mypy" .venv/bin/mypy
 if [[ $# -gt 0 ]]; then
   tier "pytest $*" pytest_tier "$@"

@@ -38,8 +38,16 @@ GROUP_OPTIONS = (CONSUMER_GROUP, GROUP_KAFKA)
 GROUP_KAFKA_PREFIX = "consumergroup.kafka."  # options arrive by lower-case name
 _GROUP_KAFKA_NAME = "consumerGroup.kafka."  # as users write it, for messages
 # What progress_across.py sets for its transaction there.
-_OWNED = frozenset({"transactional.id", "enable.idempotence", "acks", "transaction.timeout.ms",
-                    "group.id", "isolation.level"})
+_OWNED = frozenset(
+    {
+        "transactional.id",
+        "enable.idempotence",
+        "acks",
+        "transaction.timeout.ms",
+        "group.id",
+        "isolation.level",
+    }
+)
 SPARK_CHECKPOINT = "checkpointlocation"  # Spark's own option, handed to every sink
 _MAX_GROUP_LENGTH = 249  # as Kafka's topic names; groups have no stated limit, this keeps logs sane
 

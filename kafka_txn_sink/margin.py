@@ -85,12 +85,17 @@ def commit_path(
             END_TXN_ROUNDS * commit_timeout_ms,
         ),
         *(
-            (Step("consumerGroup: the markers' wait and the progress EndTxn, commitTimeoutMs "
-                  "each", 2 * commit_timeout_ms),)
+            (
+                Step(
+                    "consumerGroup: the markers' wait and the progress EndTxn, commitTimeoutMs "
+                    "each",
+                    2 * commit_timeout_ms,
+                ),
+            )
             if progress
             else ()
         ),
-    )  # fmt: skip
+    )
 
 
 def explain(steps: tuple[Step, ...]) -> str:

@@ -1,7 +1,8 @@
 """One option of the sink: its name as users write it and what the README says of it.
 
-Every option is an `Option` in the table of the module that owns it (options.py for the sink and
-files mode, serde/options.py for records mode's formats and the Schema Registry); options.py
+Every option is an `Option` in the table of the module that owns it (options.py for the sink,
+files_options.py for files mode, serde/options.py for records mode's formats and the Schema
+Registry, group_options.py for option consumerGroup); options.py
 collects them into one table, from which parsing, errors and the README's tables come.
 """
 

@@ -16,12 +16,18 @@ from typing import Any
 from kafka_txn_sink import margin
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
 from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.files_options import (
+    FILES_OPTIONS,
+    REFERENCES_TOPIC,
+    FilesOptions,
+    parse_files_options,
+)
 from kafka_txn_sink.group_options import (
     GROUP_KAFKA_PREFIX,
     GROUP_OPTIONS,
     GroupOptions,
     parse_group_options,
-)  # fmt: skip
+)
 from kafka_txn_sink.kafka.producer import producer_config
 from kafka_txn_sink.kafka.security import option_settings
 from kafka_txn_sink.option import Option, truthy
@@ -38,12 +44,11 @@ from kafka_txn_sink.serde.options import (
 )
 from kafka_txn_sink.storage import S3Settings
 
-MiB = 1024 * 1024
-
-
 # -- the sink -----------------------------------------------------------------------------------
 BOOTSTRAP = Option(
-    "kafka.bootstrap.servers", "brokers, as for Spark's Kafka sink (host:port[,host:port])", "",
+    "kafka.bootstrap.servers",
+    "brokers, as for Spark's Kafka sink (host:port[,host:port])",
+    "",
     "yes",
 )
 TOPIC = Option(
@@ -61,7 +66,9 @@ SINK_ID = Option(
     "yes",
 )
 COMMIT_LOG = Option(
-    "commitLog", "where decisions are recorded: a local/mounted path or `s3://bucket/prefix`", "",
+    "commitLog",
+    "where decisions are recorded: a local/mounted path or `s3://bucket/prefix`",
+    "",
     "yes",
 )
 TRANSACTION_TIMEOUT = Option(
@@ -109,75 +116,7 @@ WRITE_ID = Option(
 )
 KAFKA_SETTINGS = Option(
     "kafka.<librdkafka setting>",
-    "passed to the producer (e.g. `kafka.linger.ms`, `kafka.compression.type`, SASL/TLS "
-    "settings)",
-)
-
-# -- files mode ---------------------------------------------------------------------------------
-PATH = Option("path", "where the files go; turns files mode on", group="files")
-REFERENCES_TOPIC = Option(
-    "referencesTopic",
-    "topic of the reference messages (location, partition values, record count, bytes, batch, "
-    "sink, and the file's Avro schema inline up to `schemaInlineMaxBytes`, else its location "
-    "under `_schemas/`); no row of records mode is ever written to it",
-    "",
-    "with `path`",
-    group="files",
-)
-PARTITION_BY = Option(
-    "partitionBy",
-    "comma-separated columns; Hive-style `col=value` directories with Hive's escaping and "
-    "`__HIVE_DEFAULT_PARTITION__` for null",
-    group="files",
-)
-TIME_PARTITION_COLUMN = Option(
-    "timePartitionColumn",
-    "a timestamp column whose value (never the wall clock) names time directories",
-    group="files",
-)
-TIME_PARTITION_PATTERN = Option(
-    "timePartitionPattern",
-    "the time directories, with Java date-pattern letters, e.g. `date=yyyy-MM-dd/hour=HH`",
-    group="files",
-)
-TIME_PARTITION_TIME_ZONE = Option(
-    "timePartitionTimeZone", "time zone of the time directories", "UTC", group="files"
-)
-PAYLOAD_COLUMN = Option(
-    "payloadColumn",
-    "a JSON string column: each file holds these payloads, with the schema inferred and merged "
-    "over that file's rows (rules in docs/files_mode.md); without it, files hold every "
-    "non-partition column in the schema derived from Spark's",
-    group="files",
-)
-IRRECONCILABLE_TYPES = Option(
-    "irreconcilableTypes",
-    "`union` or `string` for payload fields whose types cannot be merged",
-    "`union`",
-    group="files",
-)
-AVRO_CODEC = Option(
-    "avroCodec", "`null`, `deflate`, `snappy`, `zstandard`", "`null`", group="files"
-)
-MAX_RECORDS_PER_FILE = Option(
-    "maxRecordsPerFile", "roll a file after this many records (0: no limit)", "0", group="files"
-)
-MAX_BYTES_PER_FILE = Option(
-    "maxBytesPerFile", "roll a file at about this size", str(128 * MiB), group="files"
-)
-MAX_OPEN_FILES = Option(
-    "maxOpenFiles",
-    "open files per task; rows of more keys per task than this interleave into many small "
-    "files: raise it, or `repartition(n, <partition columns>)` (Spark cannot sort streams)",
-    "32",
-    group="files",
-)
-SCHEMA_INLINE_MAX_BYTES = Option(
-    "schemaInlineMaxBytes",
-    "largest schema carried inline in a reference message; a larger one is stored under "
-    "`_schemas/` and referenced by location",
-    str(64 * 1024),
-    group="files",
+    "passed to the producer (e.g. `kafka.linger.ms`, `kafka.compression.type`, SASL/TLS settings)",
 )
 
 OPTIONS: tuple[Option, ...] = (
@@ -197,26 +136,10 @@ OPTIONS: tuple[Option, ...] = (
     S3_PATH_STYLE,
     WRITE_ID,
     KAFKA_SETTINGS,
-    PATH,
-    REFERENCES_TOPIC,
-    PARTITION_BY,
-    TIME_PARTITION_COLUMN,
-    TIME_PARTITION_PATTERN,
-    TIME_PARTITION_TIME_ZONE,
-    PAYLOAD_COLUMN,
-    IRRECONCILABLE_TYPES,
-    AVRO_CODEC,
-    MAX_RECORDS_PER_FILE,
-    MAX_BYTES_PER_FILE,
-    MAX_OPEN_FILES,
-    SCHEMA_INLINE_MAX_BYTES,
+    *FILES_OPTIONS,
     *SERDE_OPTIONS,
     *GROUP_OPTIONS,
 )
-
-DEFAULT_MAX_BYTES_PER_FILE = int(MAX_BYTES_PER_FILE.default)
-DEFAULT_MAX_OPEN_FILES = int(MAX_OPEN_FILES.default)
-DEFAULT_SCHEMA_INLINE_MAX_BYTES = int(SCHEMA_INLINE_MAX_BYTES.default)
 
 KAFKA_PREFIX = "kafka."
 
@@ -250,30 +173,9 @@ _SPARK_OPTIONS = frozenset(
 )
 _KNOWN = frozenset(o.key for o in OPTIONS if o not in (KAFKA_SETTINGS, REGISTRY_SETTINGS))
 _KNOWN |= _SPARK_OPTIONS
-_FILES_KEYS = frozenset(o.key for o in OPTIONS if o.group == "files")
 
 MIN_TRANSACTION_TIMEOUT_MS = 1_000
 MAX_WRITE_ID_LENGTH = 200
-
-
-@dataclass(frozen=True)
-class FilesOptions:
-    """The options of files mode (option `path` set), checked against the schema by
-    `files.plan.plan_files` on the driver."""
-
-    path: str
-    references_topic: str
-    partition_by: tuple[str, ...]
-    time_column: str | None
-    time_pattern: str | None
-    time_zone: str
-    payload_column: str | None
-    codec: str
-    max_records_per_file: int
-    max_bytes_per_file: int
-    max_open_files: int
-    irreconcilable: str
-    schema_inline_max_bytes: int
 
 
 @dataclass(frozen=True)
@@ -322,8 +224,13 @@ class SinkOptions:
 
     def _commit_path(self) -> tuple[margin.Step, ...]:
         in_txn = self.progress is not None and not self.progress.elsewhere  # progress.py
-        return margin.commit_path(self.commit_log_timeout_ms, self.commit_timeout_ms,
-                                  self.clock_skew_ms, self.commit_log_format, progress=in_txn)
+        return margin.commit_path(
+            self.commit_log_timeout_ms,
+            self.commit_timeout_ms,
+            self.clock_skew_ms,
+            self.commit_log_format,
+            progress=in_txn,
+        )
 
     @property
     def client_timeout_s(self) -> float:
@@ -418,44 +325,6 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
     return parsed
 
 
-def parse_files_options(options: Mapping[str, str]) -> FilesOptions | None:
-    """Files mode is on when `path` is set; None otherwise. Keys are lower-cased already.
-
-    Raises:
-        ConfigError: `referencesTopic` is missing, or a number is not a number.
-    """
-    path = options.get(PATH.key, "").strip()
-    if not path:
-        unused = sorted(k for k in _FILES_KEYS - {PATH.key} if k in options)
-        if unused:
-            raise ConfigError(f"option(s) {', '.join(unused)} need option {PATH} (files mode)")
-        return None
-    topic = options.get(REFERENCES_TOPIC.key, "").strip()
-    if not topic:
-        raise ConfigError(f"option {REFERENCES_TOPIC} is required with option {PATH} (files mode)")
-    partition_by = tuple(
-        c.strip() for c in options.get(PARTITION_BY.key, "").split(",") if c.strip()
-    )
-    return FilesOptions(
-        path=path,
-        references_topic=topic,
-        partition_by=partition_by,
-        time_column=options.get(TIME_PARTITION_COLUMN.key) or None,
-        time_pattern=options.get(TIME_PARTITION_PATTERN.key) or None,
-        time_zone=options.get(TIME_PARTITION_TIME_ZONE.key) or "UTC",
-        payload_column=options.get(PAYLOAD_COLUMN.key) or None,
-        # As the plan checks it and the file's header names it: references carry this spelling.
-        codec=(options.get(AVRO_CODEC.key) or "null").strip().lower(),
-        max_records_per_file=_number(options, MAX_RECORDS_PER_FILE, 0),
-        max_bytes_per_file=_number(options, MAX_BYTES_PER_FILE, DEFAULT_MAX_BYTES_PER_FILE),
-        max_open_files=_number(options, MAX_OPEN_FILES, DEFAULT_MAX_OPEN_FILES),
-        irreconcilable=options.get(IRRECONCILABLE_TYPES.key) or "union",
-        schema_inline_max_bytes=_number(
-            options, SCHEMA_INLINE_MAX_BYTES, DEFAULT_SCHEMA_INLINE_MAX_BYTES
-        ),
-    )
-
-
 def options_tables() -> str:
     """The README's option tables (Markdown): the sink's, files mode's, the record formats'."""
     sections = []
@@ -503,8 +372,10 @@ def _reject_unknown(options: Mapping[str, str], originals: Mapping[str, str]) ->
         if k not in _KNOWN and not k.startswith((KAFKA_PREFIX, REGISTRY_PREFIX, GROUP_KAFKA_PREFIX))
     )
     if unknown:
-        raise ConfigError(f"unknown option(s) {', '.join(unknown)}; Kafka client settings take "
-                          "the prefix 'kafka.' (for example kafka.linger.ms)")
+        raise ConfigError(
+            f"unknown option(s) {', '.join(unknown)}; Kafka client settings take "
+            "the prefix 'kafka.' (for example kafka.linger.ms)"
+        )
 
 
 def _s3_settings(options: Mapping[str, str], log_timeout_ms: int) -> S3Settings:
@@ -543,7 +414,7 @@ def _write_id(options: Mapping[str, str]) -> str | None:
     if not 1 <= len(value) <= MAX_WRITE_ID_LENGTH or not value.isprintable():
         raise ConfigError(
             f"option {WRITE_ID} must be 1-{MAX_WRITE_ID_LENGTH} printable characters, "
-            f"got {raw[:MAX_WRITE_ID_LENGTH + 20]!r}"
+            f"got {raw[: MAX_WRITE_ID_LENGTH + 20]!r}"
         )
     return value
 
@@ -577,19 +448,6 @@ def _bounded(options: Mapping[str, str], option: Option, default: int, low: int 
 def _check_bounds(value: int, name: str, low: int, high: int) -> None:
     if not low <= value <= high:
         raise ConfigError(f"option {name} must be between {low} and {high} ms, got {value}")
-
-
-def _number(options: Mapping[str, str], option: Option, default: int) -> int:
-    raw = options.get(option.key)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"option {option} must be a whole number, got {raw!r}") from None
-    if value < 0:
-        raise ConfigError(f"option {option} must not be negative, got {value}")
-    return value
 
 
 if __name__ == "__main__":

@@ -27,7 +27,14 @@ MIN_SECRET_LENGTH = 3  # shorter values would mask ordinary words; no real secre
 # "user.info" is the Schema Registry client's basic auth, user:password.
 # "ssl.key.pem" is an inline private key; a key's location is a path, shown in errors.
 _SECRET_HINTS = (
-    "password", "secret", "jaas", "token", "ssl.key.pem", "ssl_key", "credentials", "user.info",
+    "password",
+    "secret",
+    "jaas",
+    "token",
+    "ssl.key.pem",
+    "ssl_key",
+    "credentials",
+    "user.info",
 )
 
 _lock = threading.Lock()

@@ -169,7 +169,7 @@ def _environment_settings() -> dict[str, str]:
     """`KAFKA_TXN_SINK_KAFKA_SASL_PASSWORD=...` -> `sasl.password` (librdkafka's names have no
     underscore, so each `_` is a dot)."""
     return {
-        name[len(KAFKA_ENV_PREFIX):].lower().replace("_", "."): value
+        name[len(KAFKA_ENV_PREFIX) :].lower().replace("_", "."): value
         for name, value in os.environ.items()
         if name.startswith(KAFKA_ENV_PREFIX) and len(name) > len(KAFKA_ENV_PREFIX)
     }

@@ -39,14 +39,14 @@ from kafka_txn_sink.cli.common import (
 from kafka_txn_sink.cli.render import Output, Payload, age_s, iso
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import TransactionCompletionError
-from kafka_txn_sink.kafka.admin_api import TransactionAdmin, TxnState
-from kafka_txn_sink.kafka.cluster import Cluster
-from kafka_txn_sink.options import (
+from kafka_txn_sink.files_options import (
     DEFAULT_SCHEMA_INLINE_MAX_BYTES,
     PATH,
     REFERENCES_TOPIC,
     SCHEMA_INLINE_MAX_BYTES,
 )
+from kafka_txn_sink.kafka.admin_api import TransactionAdmin, TxnState
+from kafka_txn_sink.kafka.cluster import Cluster
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import Decision, Triple, now_ms
 from kafka_txn_sink.protocol.recover import (

@@ -33,7 +33,7 @@ from kafka_txn_sink.files.vacuum import (
     decided_files,
     plan_vacuum,
 )
-from kafka_txn_sink.options import PATH
+from kafka_txn_sink.files_options import PATH
 from kafka_txn_sink.protocol.messages import now_ms
 from kafka_txn_sink.storage import open_file_sink
 from kafka_txn_sink.storage.files import FileSink, PendingUpload

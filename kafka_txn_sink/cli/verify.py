@@ -33,7 +33,8 @@ from kafka_txn_sink.cli.common import (
 from kafka_txn_sink.cli.render import Output
 from kafka_txn_sink.commit_log import LOG_FORMATS
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.options import COMMIT_LOG, COMMIT_LOG_FORMAT, PATH, REFERENCES_TOPIC
+from kafka_txn_sink.files_options import PATH, REFERENCES_TOPIC
+from kafka_txn_sink.options import COMMIT_LOG, COMMIT_LOG_FORMAT
 
 if TYPE_CHECKING:
     from kafka_txn_sink.verify import VerifySpec

@@ -117,8 +117,7 @@ class JsonCommitLog(CommitLogBase):
         found = self._read(name, parse)
         if found is not None and (found.batch_id, found.level) != (batch_id, level):
             raise CommitLogError(
-                f"{self.uri}/{name} holds a record of batch {found.batch_id} (level "
-                f"{found.level})"
+                f"{self.uri}/{name} holds a record of batch {found.batch_id} (level {found.level})"
             )
         return found
 

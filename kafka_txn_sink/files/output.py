@@ -18,7 +18,8 @@ from kafka_txn_sink.files.plan import FilePlan
 from kafka_txn_sink.files.references import reference
 from kafka_txn_sink.files.rows_arrow import RowsToArrow
 from kafka_txn_sink.files.writer import FileSet
-from kafka_txn_sink.options import FilesOptions, SinkOptions
+from kafka_txn_sink.files_options import FilesOptions
+from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.protocol.output import Transaction
 from kafka_txn_sink.storage import open_file_sink

@@ -54,7 +54,7 @@ from pyspark.sql.types import (
 )
 
 from kafka_txn_sink.errors import ConfigError, InputError
-from kafka_txn_sink.options import TIME_PARTITION_PATTERN
+from kafka_txn_sink.files_options import TIME_PARTITION_PATTERN
 from kafka_txn_sink.serde.timestamps import instant_converter
 
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"

@@ -35,7 +35,7 @@ from kafka_txn_sink.files.partitioning import (
     time_zone,
 )
 from kafka_txn_sink.files.spark_avro import spark_to_avro
-from kafka_txn_sink.options import (
+from kafka_txn_sink.files_options import (
     AVRO_CODEC,
     DEFAULT_MAX_BYTES_PER_FILE,
     DEFAULT_MAX_OPEN_FILES,

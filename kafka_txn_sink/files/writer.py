@@ -360,10 +360,14 @@ class FileSet:
         )
         try:
             out = open_file(
-                FileSlot(seq, name, values, path, local), codec=self._plan.codec, marker=marker,
-                native=native, spark_schema=spark, aggregator=aggregator,
+                FileSlot(seq, name, values, path, local),
+                codec=self._plan.codec,
+                marker=marker,
+                native=native,
+                spark_schema=spark,
+                aggregator=aggregator,
                 payload_column=self._plan.payload_column,
-            )  # fmt: skip
+            )
         except OSError as exc:
             raise StagingError(f"cannot create a local file in {self._spool}: {exc}") from exc
         self._open[values] = out

@@ -18,6 +18,7 @@ C = TypeVar("C")
 
 class ClientCache(Generic[C]):
     """Clients of one kind, one per process and connection settings."""
+
     def __init__(
         self, make: Callable[[str, Mapping[str, str], int], C], close: Callable[[C], None]
     ):

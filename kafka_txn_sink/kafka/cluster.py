@@ -56,6 +56,7 @@ def client_config(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> 
 
 class Cluster:
     """The driver's librdkafka admin client: topics, limits, and the fate probe."""
+
     def __init__(self, bootstrap: str, kafka: Mapping[str, str], timeout_ms: int = 15_000):
         self._bootstrap = bootstrap
         self._kafka = dict(kafka)
@@ -96,8 +97,9 @@ class Cluster:
             request_timeout=self._timeout_s,
         )[topic]
         try:
-            allowed = {op.name for op in future.result(timeout=self._timeout_s)
-                       .authorized_operations or []}  # fmt: skip
+            allowed = {
+                op.name for op in future.result(timeout=self._timeout_s).authorized_operations or []
+            }
         except (KafkaException, TimeoutError):
             return
         if not allowed or "ALL" in allowed:
@@ -124,7 +126,10 @@ class Cluster:
         found = metadata.topics.get(topic)
         if found is not None and found.error is not None:
             denial = refused(
-                found.error.code(), found.error.str(), self._kafka, f"looking up topic {topic}",
+                found.error.code(),
+                found.error.str(),
+                self._kafka,
+                f"looking up topic {topic}",
                 topic_permission("Write", topic),
             )
             if denial is not None:
@@ -166,9 +171,12 @@ class Cluster:
         except ProbeFailed as exc:
             step = f"reading back records of {exc.topic} (the fate probe)"
             denial = refused(
-                exc.error.code(), exc.error.str(), self._kafka, step,
+                exc.error.code(),
+                exc.error.str(),
+                self._kafka,
+                step,
                 topic_permission("Read", exc.topic),
-            )  # fmt: skip
+            )
             raise denial or KafkaUnavailableError(f"{step} failed: {exc.error.str()}") from exc
 
     def progress_fate(self, progress: GroupProgress) -> FateAnswer:
@@ -214,8 +222,13 @@ class Cluster:
             step = f"reading the committed offsets of group {group}"
             if exc.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:  # one of `partitions`
                 error = exc.error
-                denial = refused(error.code(), error.str(), self._kafka, step,
-                                 topic_permission("Read", min(partitions)))  # fmt: skip
+                denial = refused(
+                    error.code(),
+                    error.str(),
+                    self._kafka,
+                    step,
+                    topic_permission("Read", min(partitions)),
+                )
                 raise denial or KafkaUnavailableError(f"{step} failed: {error.str()}") from exc
             raise group_error(exc, group, self._kafka, step, "Read") from exc
 
@@ -231,8 +244,13 @@ class Cluster:
         except GroupRefused as exc:
             step = f"reading the end offsets of {', '.join(sorted(offsets))}"
             error = exc.error
-            denial = refused(error.code(), error.str(), self._kafka, step,
-                             topic_permission("Describe", min(offsets)))  # fmt: skip
+            denial = refused(
+                error.code(),
+                error.str(),
+                self._kafka,
+                step,
+                topic_permission("Describe", min(offsets)),
+            )
             raise denial or KafkaUnavailableError(f"{step} failed: {error.str()}") from exc
 
     def group_members(self, group: str) -> int:

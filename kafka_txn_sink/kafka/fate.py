@@ -98,9 +98,7 @@ def conclude(readings: Sequence[Reading], offsets: OffsetRanges) -> FateAnswer:
             return FateAnswer(fate, f"record {_at(found)} is {seen} at read_committed")
     still = [r for r in readings if r.seen == "open"]
     if still:
-        return FateAnswer(
-            Fate.OPEN, f"record {_at(still[0])} is neither visible nor skipped yet"
-        )
+        return FateAnswer(Fate.OPEN, f"record {_at(still[0])} is neither visible nor skipped yet")
     gone = "; ".join(_gone(offsets, readings))
     return FateAnswer(Fate.UNDETERMINED, gone or "no offsets of its records were recorded")
 
@@ -187,9 +185,7 @@ class _Reader:
             self._log_starts[key] = marks[0] if marks else None
         return self._log_starts[key]
 
-    def _poll(
-        self, topic: str, partition: int, offset: int, isolation: str, wait: bool
-    ) -> Polled:
+    def _poll(self, topic: str, partition: int, offset: int, isolation: str, wait: bool) -> Polled:
         """'visible' (returned at this isolation), 'skipped' (the consumer went past it),
         'open' (stopped before it: not stable yet, or no answer before the deadline)."""
         consumer = self._consumer(isolation)

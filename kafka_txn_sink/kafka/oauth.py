@@ -72,8 +72,11 @@ class ClientCredentialsTokenProvider(AbstractTokenProvider):
             ConfigError: a required setting is missing.
         """
         required = ("client.id", "client.secret", "token.endpoint.url")
-        missing = [f"kafka.sasl.oauthbearer.{n}" for n in required
-                   if not lowered.get(f"sasl.oauthbearer.{n}")]
+        missing = [
+            f"kafka.sasl.oauthbearer.{n}"
+            for n in required
+            if not lowered.get(f"sasl.oauthbearer.{n}")
+        ]
         if missing:
             raise ConfigError(f"OAUTHBEARER with method oidc needs option(s) {', '.join(missing)}")
         check_token_endpoint(lowered[TOKEN_ENDPOINT])
@@ -83,9 +86,7 @@ class ClientCredentialsTokenProvider(AbstractTokenProvider):
             client_id=lowered["sasl.oauthbearer.client.id"],
             client_secret=lowered["sasl.oauthbearer.client.secret"],
             scope=lowered.get("sasl.oauthbearer.scope") or None,
-            extensions=dict(
-                pair.split("=", 1) for pair in extensions.split(",") if "=" in pair
-            ),
+            extensions=dict(pair.split("=", 1) for pair in extensions.split(",") if "=" in pair),
         )
 
     def token(self) -> str:
@@ -128,8 +129,9 @@ class ClientCredentialsTokenProvider(AbstractTokenProvider):
             raise _no_token(exc) from None
         token = body.get("access_token") if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
-            raise KafkaUnavailableError("OAUTHBEARER: the token endpoint's answer has no "
-                                        "access_token")
+            raise KafkaUnavailableError(
+                "OAUTHBEARER: the token endpoint's answer has no access_token"
+            )
         mask_in_logs({"access_token": token})
         return token, _lifetime(body.get("expires_in"))
 

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter
 from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kafka_txn_sink.errors import InputError, KafkaTxnSinkError, KafkaUnavailableError
+from kafka_txn_sink.kafka.deliveries import PURGED, Deliveries, EosStats, PartitionReports
 from kafka_txn_sink.kafka.partitioner import key_partitions
 from kafka_txn_sink.kafka.permissions import refused, topic_permission
 from kafka_txn_sink.protocol.messages import OffsetRanges, Triple
@@ -73,124 +73,10 @@ def producer_config(
 
 
 # Delivery errors that only say a message was dropped because the transaction had failed.
-PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
-
-
-@dataclass
-class _Deliveries:
-    """Delivery reports of one transaction: offsets per partition and the error that caused
-    the first failure."""
-
-    ranges: dict[tuple[str, int], list[int]] = field(default_factory=dict)
-    error: KafkaError | None = None
-    error_topic: str | None = None
-    delivered: int = 0
-
-    def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            # A purge is the consequence of another failure (the transaction became abortable),
-            # whose own report may come later, from another partition: that one is the cause.
-            if self.error is None or (self.purged_only and err.code() not in PURGED):
-                self.error, self.error_topic = err, msg.topic()
-            return
-        self.delivered += 1
-        self.record(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
-
-    def record(self, topic: str, partition: int, offset: int) -> None:
-        """Widen the range of `(topic, partition)` to `offset`."""
-        seen = self.ranges.get((topic, partition))
-        if seen is None:
-            self.ranges[(topic, partition)] = [offset, offset]
-        else:
-            seen[0], seen[1] = min(seen[0], offset), max(seen[1], offset)
-
-    @property
-    def purged_only(self) -> bool:
-        return self.error is not None and self.error.code() in PURGED
-
-    def offsets(self) -> OffsetRanges:
-        result: OffsetRanges = {}
-        for (topic, partition), (first, last) in sorted(self.ranges.items()):
-            result.setdefault(topic, {})[partition] = (first, last)
-        return result
-
-
-Reports = dict[KafkaError | None, Message]
-
-
-@dataclass
-class _PartitionReports:
-    """Delivery reports of the records `send_many` sent to one partition, kept without a Python
-    call per record: each record's callback is the C method `dict.__setitem__` of `first` (the
-    partition's first record) or of `rest` (every later one), so each dict maps None to the
-    latest delivered message and each error to a message that failed with it. An idempotent
-    producer writes and reports one partition's records in the order they were produced, so
-    `first[None]` holds the partition's lowest offset and `rest[None]` its highest.
-    """
-
-    first: Reports = field(default_factory=dict)
-    rest: Reports = field(default_factory=dict)
-    sent: int = 0
-
-    def callback(self) -> Callable[[KafkaError | None, Message], None]:
-        """The delivery callback of the next record sent to this partition."""
-        return self.rest.__setitem__ if self.sent else self.first.__setitem__
-
-    def take_errors(self) -> list[tuple[KafkaError, Message]]:
-        """The failures reported since the last call."""
-        failed = [
-            (error, msg)
-            for reports in (self.first, self.rest)
-            for error, msg in reports.items()
-            if error is not None
-        ]
-        for error, _ in failed:
-            self.first.pop(error, None)
-            self.rest.pop(error, None)
-        return failed
-
-    def offsets(self) -> list[int]:
-        """The offsets of the first and last delivered record (empty before any report)."""
-        delivered = (self.first.get(None), self.rest.get(None))
-        return [msg.offset() or 0 for msg in delivered if msg is not None]
-
-
-@dataclass
-class _EosStats:
-    """The statistics `eos` object: the only place librdkafka shows producer id and epoch."""
-
-    wanted: bool = False
-    latest: dict[str, Any] = field(default_factory=dict)
-
-    def on_stats(self, raw: str) -> None:
-        if self.wanted:  # parsing every sample would cost CPU on the produce path
-            self.latest = eos_of(raw)
-
-
-_EOS_KEY = '"eos":'
-_DECODER = json.JSONDecoder()
-
-
-def eos_of(raw: str) -> dict[str, Any]:
-    """The `eos` object of a statistics sample ({} when it has none).
-
-    librdkafka writes it last, after every partition of every topic the producer knows: 787 KB
-    for a topic of 1,024 partitions, 5.6 ms to parse whole. Found from the end, it is decoded
-    alone (microseconds); a sample in another order is parsed whole.
-    """
-    start = raw.find("{", raw.rfind(_EOS_KEY) + len(_EOS_KEY))
-    if start > 0:
-        with contextlib.suppress(ValueError):
-            eos, _ = _DECODER.raw_decode(raw, start)
-            if isinstance(eos, dict) and "txn_state" in eos:
-                return eos
-    found = json.loads(raw).get("eos", {})
-    return found if isinstance(found, dict) else {}
-
-
 @dataclass(frozen=True)
 class Prepared:
     """A flushed, still open transaction: its triple, rows, offsets and when it was prepared."""
+
     triple: Triple
     rows: int
     offsets: OffsetRanges
@@ -202,8 +88,8 @@ class TaskTransaction:
 
     def __init__(self, config: Mapping[str, Any], timeout_s: float):
         self._timeout_s = timeout_s
-        self._deliveries = _Deliveries()
-        self._stats = _EosStats()
+        self._deliveries = Deliveries()
+        self._stats = EosStats()
         self._txn_id = str(config["transactional.id"])
         self._config = config
         self._producer: Producer | None = Producer(
@@ -214,7 +100,7 @@ class TaskTransaction:
             }
         )
         self._sent = 0
-        self._partition_reports: dict[tuple[str, int], _PartitionReports] = {}
+        self._partition_reports: dict[tuple[str, int], PartitionReports] = {}
         self._partition_counts: dict[str, int] = {}
 
     @property
@@ -272,7 +158,7 @@ class TaskTransaction:
         The partitions are computed for the whole batch (kafka/partitioner.py: the ones
         librdkafka picks for keys; one random partition per call for null keys, as a sticky
         partitioner does), then each partition's records are produced with an explicit
-        partition and a delivery callback in C (`_PartitionReports`): no Python call per
+        partition and a delivery callback in C (`PartitionReports`): no Python call per
         record but produce(). The same checks as `send`.
         """
         if self._config.get("partitioner") != KEY_HASH_PARTITIONER:
@@ -291,8 +177,8 @@ class TaskTransaction:
         values: Sequence[bytes | None],
         keys: Sequence[bytes | None] | None,
     ) -> None:
-        """Produce records to one partition, reported to its `_PartitionReports`."""
-        reports = self._partition_reports.setdefault((topic, partition), _PartitionReports())
+        """Produce records to one partition, reported to its `PartitionReports`."""
+        reports = self._partition_reports.setdefault((topic, partition), PartitionReports())
         if not reports.sent:  # the partition's first record reports on its own
             first_key = keys[:1] if keys is not None else None
             self._produce_all(topic, values[:1], first_key, partition, reports.callback())
@@ -355,8 +241,8 @@ class TaskTransaction:
         value: bytes | None = None
         key: bytes | None = None
         try:
-            for value, key in zip(values, keys, strict=True) if keys is not None else _no_keys(
-                values
+            for value, key in (
+                zip(values, keys, strict=True) if keys is not None else _no_keys(values)
             ):
                 try:
                     produce(topic, value, key, *where)
@@ -493,7 +379,11 @@ class TaskTransaction:
         topic = self._deliveries.error_topic
         step = f"producing to {topic} in {self._txn_id} (nothing of this batch is published)"
         denial = refused(
-            error.code(), error.str(), self._config, step, topic_permission("Write", str(topic)),
+            error.code(),
+            error.str(),
+            self._config,
+            step,
+            topic_permission("Write", str(topic)),
             self._txn_id,
         )
         if denial is not None:
@@ -524,9 +414,7 @@ class TaskTransaction:
         )
 
 
-def _kafka_failure(
-    what: str, exc: KafkaException, config: Mapping[str, Any]
-) -> KafkaTxnSinkError:
+def _kafka_failure(what: str, exc: KafkaException, config: Mapping[str, Any]) -> KafkaTxnSinkError:
     error: KafkaError = exc.args[0]
     denial = refused(error.code(), error.str(), config, what, txn_id=config["transactional.id"])
     if denial is not None:
@@ -546,7 +434,11 @@ def _produce_failure(
     error: KafkaError = exc.args[0]
     step = f"producing to {topic} in {config['transactional.id']}"
     denial = refused(
-        error.code(), error.str(), config, step, topic_permission("Write", topic),
+        error.code(),
+        error.str(),
+        config,
+        step,
+        topic_permission("Write", topic),
         config["transactional.id"],
     )
     if denial is not None:

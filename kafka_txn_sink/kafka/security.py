@@ -146,8 +146,10 @@ def _warn_inline_key(prefix: str) -> None:
         "option %s%s is shown in clear in Spark's query plans and errors "
         "(spark.redaction.regex does not match it); give %sssl.key.location, a file the "
         "driver and every executor can read, instead",
-        prefix, _INLINE_KEY, prefix,
-    )  # fmt: skip
+        prefix,
+        _INLINE_KEY,
+        prefix,
+    )
 
 
 def translate_jaas(kafka: Mapping[str, str]) -> dict[str, str]:
@@ -188,16 +190,20 @@ def _parse_jaas(line: str) -> tuple[str, dict[str, str]]:
     """The login module and the options of one JAAS line (`Module flag key="value" ...;`)."""
     head = _JAAS_HEAD.match(line)
     if head is None:
-        raise ConfigError(f"option kafka.{JAAS} is not a JAAS line: `<LoginModule> required "
-                          'username="..." password="...";`')
+        raise ConfigError(
+            f"option kafka.{JAAS} is not a JAAS line: `<LoginModule> required "
+            'username="..." password="...";`'
+        )
     rest = head.group("rest").strip().rstrip(";").strip()
     values: dict[str, str] = {}
     position = 0
     while position < len(rest):
         pair = _JAAS_PAIR.match(rest, position)
         if pair is None:
-            raise ConfigError(f"option kafka.{JAAS}: cannot read its options after "
-                              f"{head.group('module')} (expected key=\"value\" pairs)")
+            raise ConfigError(
+                f"option kafka.{JAAS}: cannot read its options after "
+                f'{head.group("module")} (expected key="value" pairs)'
+            )
         quoted = pair.group("quoted")
         value = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else pair.group("bare")
         values[pair.group("key")] = value
@@ -212,11 +218,15 @@ def _check_jaas_mechanism(family: str, settings: dict[str, str]) -> None:
         if mechanism is None:
             settings["sasl.mechanism"] = "PLAIN"
         elif mechanism.upper() != "PLAIN":
-            raise ConfigError(f"option kafka.{JAAS} uses the Plain login module but "
-                              f"kafka.sasl.mechanism is {mechanism}")
+            raise ConfigError(
+                f"option kafka.{JAAS} uses the Plain login module but "
+                f"kafka.sasl.mechanism is {mechanism}"
+            )
     elif mechanism is None or mechanism.upper() not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-        raise ConfigError(f"option kafka.{JAAS} uses the Scram login module: set "
-                          "kafka.sasl.mechanism to SCRAM-SHA-256 or SCRAM-SHA-512")
+        raise ConfigError(
+            f"option kafka.{JAAS} uses the Scram login module: set "
+            "kafka.sasl.mechanism to SCRAM-SHA-256 or SCRAM-SHA-512"
+        )
 
 
 def check_driver_support(kafka: Mapping[str, str], prefix: str = KAFKA_PREFIX) -> None:

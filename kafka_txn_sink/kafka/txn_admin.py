@@ -323,13 +323,19 @@ class TxnAdmin:
         Raises:
             kafka.errors.KafkaError: no answer (connection lost, timed out, no coordinator).
         """
-        wanted = None if partitions is None else [
-            _GROUP_TOPIC(name=topic, partition_indexes=sorted(parts))
-            for topic, parts in sorted(partitions.items())
-        ]
+        wanted = (
+            None
+            if partitions is None
+            else [
+                _GROUP_TOPIC(name=topic, partition_indexes=sorted(parts))
+                for topic, parts in sorted(partitions.items())
+            ]
+        )
         request = OffsetFetchRequest(
-            groups=[_GROUP(group_id=group, topics=wanted)], require_stable=stable,
-            min_version=OFFSET_FETCH_VERSIONS[0], max_version=OFFSET_FETCH_VERSIONS[1],
+            groups=[_GROUP(group_id=group, topics=wanted)],
+            require_stable=stable,
+            min_version=OFFSET_FETCH_VERSIONS[0],
+            max_version=OFFSET_FETCH_VERSIONS[1],
         )
         deadline = time.monotonic() + timeout_s
 
@@ -363,7 +369,10 @@ class TxnAdmin:
         """The error for a failed request about `ids`: a named permission when refused."""
         step = f"{what} for transactional id {ids[0]}" if ids else what
         denial = refused(
-            int(getattr(exc, "errno", 0) or 0), type(exc).__name__, self._kafka, step,
+            int(getattr(exc, "errno", 0) or 0),
+            type(exc).__name__,
+            self._kafka,
+            step,
             txn_id=ids[0] if ids else None,
         )
         if denial is not None:
@@ -432,7 +441,10 @@ class TxnAdmin:
 
 
 def _end_split(
-    clients: list[TxnAdmin], wanted: list[Triple], commit: bool, deadline: float,
+    clients: list[TxnAdmin],
+    wanted: list[Triple],
+    commit: bool,
+    deadline: float,
     ids: Sequence[str],
 ) -> list[EndTxnResult]:
     """EndTxn for `wanted` split over `clients`, each in its own thread; the results in the

@@ -184,9 +184,7 @@ class Committer:
         check_query_id(self._log, {t.query_id for t in tasks})
         return tasks[0].query_id if tasks else ""
 
-    def _decided_or_decide(
-        self, tasks: list[TaskCommit], batch_id: int, query_id: str
-    ) -> Decision:
+    def _decided_or_decide(self, tasks: list[TaskCommit], batch_id: int, query_id: str) -> Decision:
         """The batch's decision: the one the log holds (rolled forward by the caller), or ours."""
         decision, round_ = self._log.settled(batch_id)
         if decision is None:

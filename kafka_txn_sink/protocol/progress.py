@@ -147,9 +147,13 @@ def open_progress(options: SinkOptions, run: RunRef, progress: GroupProgress) ->
         txn.abort()
         raise
     return Participant(
-        partition=PROGRESS_PARTITION, attempt=0, triple=triple, rows=0, offsets={},
+        partition=PROGRESS_PARTITION,
+        attempt=0,
+        triple=triple,
+        rows=0,
+        offsets={},
         progress=progress,
-    )  # fmt: skip
+    )
 
 
 # What the group coordinator answers an outside client's TxnOffsetCommit once the group has
@@ -189,9 +193,13 @@ class ProgressTransaction(TaskTransaction):
                 else ""
             )
             raise refused(
-                error.code(), error.str(), self._config, step,
-                _needed(error.code(), progress), self.transactional_id,
-            ) or KafkaTxnSinkError(f"{step} failed: {error.str()}{hint}") from exc  # fmt: skip
+                error.code(),
+                error.str(),
+                self._config,
+                step,
+                _needed(error.code(), progress),
+                self.transactional_id,
+            ) or KafkaTxnSinkError(f"{step} failed: {error.str()}{hint}") from exc
 
     def commit(self) -> None:
         """EndTxn(commit), waiting for its answer.

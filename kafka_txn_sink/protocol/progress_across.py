@@ -73,8 +73,9 @@ def commit_across(options: SinkOptions, batch_id: int) -> GroupOffsets:
         txn.abort()
         return {}
     txn.commit()  # no abort after this: its outcome may be unknown; the next init fences it
-    log.info("batch %d: committed %s to group %s on %s", batch_id, ahead, progress.group,
-             where.bootstrap)  # fmt: skip
+    log.info(
+        "batch %d: committed %s to group %s on %s", batch_id, ahead, progress.group, where.bootstrap
+    )
     return ahead
 
 

@@ -34,6 +34,7 @@ from confluent_kafka import KafkaException, Producer
 
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.errors import ConfigError, PermissionDeniedError, TransactionLostError
+from kafka_txn_sink.files_options import REFERENCES_TOPIC
 from kafka_txn_sink.kafka.admin_api import ClusterFacts, TransactionAdmin
 from kafka_txn_sink.kafka.cluster import discard_cluster
 from kafka_txn_sink.options import (
@@ -41,7 +42,6 @@ from kafka_txn_sink.options import (
     COMMIT_LOG_FORMAT,
     COMMIT_LOG_TIMEOUT,
     COMMIT_TIMEOUT,
-    REFERENCES_TOPIC,
     TOPIC,
     TRANSACTION_TIMEOUT,
     WRITE_ID,

@@ -63,7 +63,9 @@ def record_columns(
         keys=(
             None
             if key is None
-            else encoders.key.array(key, first_row) if encoders.key else bytes_list(key, "key")
+            else encoders.key.array(key, first_row)
+            if encoders.key
+            else bytes_list(key, "key")
         ),
         topics=_topics(batch.column(columns.topic)) if columns.topic is not None else None,
         partitions=(

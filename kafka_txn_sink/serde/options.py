@@ -36,8 +36,9 @@ KEY_FORMAT = Option(
     "raw",
     group="registry",
 )
-VALUE_FORMAT = Option("valueFormat", "how column `value` is written, as `keyFormat`", "raw",
-                      group="registry")
+VALUE_FORMAT = Option(
+    "valueFormat", "how column `value` is written, as `keyFormat`", "raw", group="registry"
+)
 KEY_SCHEMA = Option(
     "keySchema",
     "the key's schema (Avro schema JSON, a JSON Schema, or `.proto` text whose first message "
@@ -45,10 +46,12 @@ KEY_SCHEMA = Option(
     "maps types, the record named `Key`); required with `protobuf`",
     group="registry",
 )
-VALUE_SCHEMA = Option("valueSchema", "the value's schema, as `keySchema` (record `Value`)",
-                      group="registry")
-KEY_SUBJECT = Option("keySubject", "the key's subject; by default from `subjectNameStrategy`",
-                     group="registry")
+VALUE_SCHEMA = Option(
+    "valueSchema", "the value's schema, as `keySchema` (record `Value`)", group="registry"
+)
+KEY_SUBJECT = Option(
+    "keySubject", "the key's subject; by default from `subjectNameStrategy`", group="registry"
+)
 VALUE_SUBJECT = Option("valueSubject", "the value's subject, as `keySubject`", group="registry")
 SUBJECT_NAME_STRATEGY = Option(
     "subjectNameStrategy",
@@ -196,8 +199,12 @@ def _warn_user_info() -> None:
         log.warning(
             "option %sbasic.auth.user.info is shown in clear in Spark's query plans and errors "
             "(spark.redaction.regex does not match it); give %s%s and %s%s instead",
-            REGISTRY_PREFIX, REGISTRY_PREFIX, _PAIR[0], REGISTRY_PREFIX, _PAIR[1],
-        )  # fmt: skip
+            REGISTRY_PREFIX,
+            REGISTRY_PREFIX,
+            _PAIR[0],
+            REGISTRY_PREFIX,
+            _PAIR[1],
+        )
 
 
 def _warn_url_user_info() -> None:
@@ -208,8 +215,12 @@ def _warn_url_user_info() -> None:
             "option %surl holds a user info (user:password@), which Spark's query plans and "
             "errors show in clear (spark.redaction.regex does not match it); give %s%s and "
             "%s%s instead",
-            REGISTRY_PREFIX, REGISTRY_PREFIX, _PAIR[0], REGISTRY_PREFIX, _PAIR[1],
-        )  # fmt: skip
+            REGISTRY_PREFIX,
+            REGISTRY_PREFIX,
+            _PAIR[0],
+            REGISTRY_PREFIX,
+            _PAIR[1],
+        )
 
 
 def parse_serde_options(options: Mapping[str, str], raw: Mapping[str, str]) -> SerdeOptions:

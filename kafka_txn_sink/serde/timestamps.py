@@ -52,10 +52,29 @@ _UTC_ZONES: tuple[Any, ...] = (UTC, ZoneInfo("UTC"))
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NAIVE_EPOCH = datetime(1970, 1, 1)
 _UTC_NAMES = frozenset(
-    {"", "UTC", "UTC0", "UCT", "Universal", "Zulu", "GMT", "GMT0", "GMT+0", "GMT-0",
-     "Greenwich", "Etc/UTC", "Etc/UCT", "Etc/Universal", "Etc/Zulu", "Etc/GMT", "Etc/GMT0",
-     "Etc/GMT+0", "Etc/GMT-0", "Etc/Greenwich"}
-)  # fmt: skip
+    {
+        "",
+        "UTC",
+        "UTC0",
+        "UCT",
+        "Universal",
+        "Zulu",
+        "GMT",
+        "GMT0",
+        "GMT+0",
+        "GMT-0",
+        "Greenwich",
+        "Etc/UTC",
+        "Etc/UCT",
+        "Etc/Universal",
+        "Etc/Zulu",
+        "Etc/GMT",
+        "Etc/GMT0",
+        "Etc/GMT+0",
+        "Etc/GMT-0",
+        "Etc/Greenwich",
+    }
+)
 _EPOCH_DAY = date(1970, 1, 1).toordinal()
 _DAY_S = 86400
 # Offsets are probed at every UTC midnight; a day is read from the cache when the probes two

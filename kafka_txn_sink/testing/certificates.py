@@ -63,8 +63,10 @@ class CertificateAuthority:
             from cryptography import x509
             from cryptography.x509.oid import ExtendedKeyUsageOID
         except ImportError as exc:
-            raise TestbedError("the secured test bed makes its certificates with `cryptography`:"
-                               " install the `testing` extra of kafka-txn-sink") from exc
+            raise TestbedError(
+                "the secured test bed makes its certificates with `cryptography`:"
+                " install the `testing` extra of kafka-txn-sink"
+            ) from exc
 
         ca_key, ca_cert = self._load_or_create()
         key = _new_key()
@@ -73,13 +75,23 @@ class CertificateAuthority:
             _builder(_name(name), ca_cert.subject, key)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             # A broker's certificate also authenticates it to its own controller.
-            .add_extension(x509.ExtendedKeyUsage(
-                [usage, ExtendedKeyUsageOID.CLIENT_AUTH] if server else [usage]), critical=False)
+            .add_extension(
+                x509.ExtendedKeyUsage(
+                    [usage, ExtendedKeyUsageOID.CLIENT_AUTH] if server else [usage]
+                ),
+                critical=False,
+            )
         )
         if server:
-            builder = builder.add_extension(x509.SubjectAlternativeName([
-                x509.IPAddress(ipaddress.ip_address(LOOPBACK)), x509.DNSName("localhost"),
-            ]), critical=False)
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(
+                    [
+                        x509.IPAddress(ipaddress.ip_address(LOOPBACK)),
+                        x509.DNSName("localhost"),
+                    ]
+                ),
+                critical=False,
+            )
         cert = _sign(builder, ca_key)
         return self._write(name, key, cert, ca_cert)
 
@@ -99,10 +111,20 @@ class CertificateAuthority:
         cert = _sign(
             _builder(subject, subject, key)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False), critical=True),
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            ),
             key,
         )
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -119,8 +141,9 @@ class CertificateAuthority:
             keystore=self.directory / f"{name}.keystore.pem",
         )
 
-    def _write(self, name: str, key: RSAPrivateKey, cert: x509.Certificate,
-               ca_cert: x509.Certificate) -> IssuedCertificate:
+    def _write(
+        self, name: str, key: RSAPrivateKey, cert: x509.Certificate, ca_cert: x509.Certificate
+    ) -> IssuedCertificate:
         issued = self.files(name)
         issued.certificate.write_bytes(_cert_pem(cert) + _cert_pem(ca_cert))
         _write_private(issued.key, _key_pem(key))
@@ -171,8 +194,9 @@ def _sign(builder: x509.CertificateBuilder, ca_key: RSAPrivateKey) -> x509.Certi
 def _key_pem(key: RSAPrivateKey) -> bytes:
     from cryptography.hazmat.primitives import serialization
 
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _cert_pem(cert: x509.Certificate) -> bytes:

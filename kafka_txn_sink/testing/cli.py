@@ -105,8 +105,9 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``fetch``/``up``/``down`` command line."""
-    parser = argparse.ArgumentParser(prog="python -m kafka_txn_sink.testing",
-                                     description=DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog="python -m kafka_txn_sink.testing", description=DESCRIPTION
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     fetch = sub.add_parser("fetch", help="resolve the broker and Spark jars into the cache")
     fetch.add_argument("--kafka-version", default=None)

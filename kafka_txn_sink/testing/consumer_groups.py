@@ -44,9 +44,15 @@ def describe_group(
             args += ["--command-config", str(config)]
         java = java_executable("it runs kafka-consumer-groups (Kafka's ConsumerGroupCommand)")
         command = [
-            java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-            "-cp", f"{kafka_tools_jars()}/*", COMMAND, *args,
-        ]  # fmt: skip
+            java,
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+            f"{kafka_tools_jars()}/*",
+            COMMAND,
+            *args,
+        ]
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=timeout_s, check=False
         )

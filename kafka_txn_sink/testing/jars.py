@@ -99,9 +99,17 @@ def _mvn_copy_dependencies(pom: Path, props: Mapping[str, str], out: Path) -> li
     for extra in ([], ["-U"]):  # -U only on retry: re-check what a failed run cached
         shutil.rmtree(staging, ignore_errors=True)
         cmd = [
-            mvn, "-q", "-B", *settings, *extra, "dependency:copy-dependencies", "-f", str(pom),
+            mvn,
+            "-q",
+            "-B",
+            *settings,
+            *extra,
+            "dependency:copy-dependencies",
+            "-f",
+            str(pom),
             *(f"-D{key}={value}" for key, value in props.items()),
-            "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={staging}",
         ]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
@@ -194,8 +202,11 @@ def _check_pyspark_version() -> None:
     if not installed or installed.split(".")[:2] == connector.split(".")[:2]:
         return
     if (installed, connector) != tested:
-        warnings.warn(f"pyspark {installed} is installed but the Kafka connector resolved is "
-                      f"{connector} (versions.env, KTS_SPARK_KAFKA_VERSION)", stacklevel=3)
+        warnings.warn(
+            f"pyspark {installed} is installed but the Kafka connector resolved is "
+            f"{connector} (versions.env, KTS_SPARK_KAFKA_VERSION)",
+            stacklevel=3,
+        )
 
 
 def spark_jars() -> list[Path]:
@@ -231,8 +242,12 @@ def spark_jars_of(python: str, env: Mapping[str, str]) -> list[str]:
     with ``env`` over this process's environment: jars its PySpark does not ship."""
     code = "from kafka_txn_sink.testing import spark_jars; print(','.join(map(str, spark_jars())))"
     done = subprocess.run(
-        [python, "-W", "ignore", "-c", code], capture_output=True, text=True,
-        env={**os.environ, **env}, timeout=1800, check=False,
+        [python, "-W", "ignore", "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=1800,
+        check=False,
     )
     if done.returncode != 0:
         raise TestbedError(f"{python} could not resolve its Spark jars:\n{done.stderr[-3000:]}")

@@ -100,8 +100,9 @@ def admin_client(bootstrap: str, settings: Settings | None = None) -> Any:
     return AdminClient({"bootstrap.servers": bootstrap, **QUIET, **(settings or {})})
 
 
-def probe_broker(bootstrap: str, timeout: float = 5.0,
-                 settings: Settings | None = None) -> bool | None:
+def probe_broker(
+    bootstrap: str, timeout: float = 5.0, settings: Settings | None = None
+) -> bool | None:
     """True when metadata is served, a transactional producer can init and the group coordinator
     answers an offset fetch; else None."""
     from confluent_kafka import Consumer, Producer, TopicPartition
@@ -109,23 +110,30 @@ def probe_broker(bootstrap: str, timeout: float = 5.0,
     metadata = admin_client(bootstrap, settings).list_topics(timeout=timeout)
     if not metadata.brokers:
         return None
-    producer = Producer({
-        "bootstrap.servers": bootstrap,
-        "transactional.id": f"testbed-probe-{uuid.uuid4().hex}",
-        "transaction.timeout.ms": 10000,
-        **QUIET,
-        **(settings or {}),
-    })
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"testbed-probe-{uuid.uuid4().hex}",
+            "transaction.timeout.ms": 10000,
+            **QUIET,
+            **(settings or {}),
+        }
+    )
     producer.init_transactions(timeout)  # raises KafkaException until the coordinator is up
     # The first group request creates the offsets topic; until its partitions are loaded the
     # coordinator answers NOT_COORDINATOR, which librdkafka's AdminClient turns into a segfault
     # of the whole process (librdkafka issue 5040, docs/development.md). The sink no longer asks
     # through it; tests still may (the crash suite's group oracle). A running cluster has its
     # offsets topic loaded long before: so has the test bed, once this answers.
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"testbed-probe-{uuid.uuid4().hex}",
-        "enable.auto.commit": False, **QUIET, **(settings or {}),
-    })  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"testbed-probe-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            **QUIET,
+            **(settings or {}),
+        }
+    )
     try:
         consumer.committed([TopicPartition("testbed-probe", 0)], timeout=timeout)
     finally:
@@ -133,22 +141,38 @@ def probe_broker(bootstrap: str, timeout: float = 5.0,
     return True
 
 
-def wait_broker_ready(bootstrap: str, timeout: float = 90.0,
-                      on_timeout: Callable[[], str] = lambda: "") -> None:
+def wait_broker_ready(
+    bootstrap: str, timeout: float = 90.0, on_timeout: Callable[[], str] = lambda: ""
+) -> None:
     """Wait until ``bootstrap`` serves metadata and transactions (coordinator loaded)."""
-    wait_for(lambda: probe_broker(bootstrap), timeout, f"Kafka at {bootstrap}",
-             interval=1.0, on_timeout=on_timeout)
+    wait_for(
+        lambda: probe_broker(bootstrap),
+        timeout,
+        f"Kafka at {bootstrap}",
+        interval=1.0,
+        on_timeout=on_timeout,
+    )
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 3,
-                 config: Mapping[str, str] | None = None, timeout: float = 30.0,
-                 settings: Settings | None = None, replication_factor: int = 1) -> None:
+def create_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int = 3,
+    config: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+    settings: Settings | None = None,
+    replication_factor: int = 1,
+) -> None:
     """Create a topic and wait until every partition has a leader in the metadata."""
     from confluent_kafka.admin import NewTopic
 
     admin = admin_client(bootstrap, settings)
-    topic = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
-                     config=dict(config or {}))
+    topic = NewTopic(
+        name,
+        num_partitions=partitions,
+        replication_factor=replication_factor,
+        config=dict(config or {}),
+    )
     admin.create_topics([topic], request_timeout=timeout)[name].result(timeout=timeout)
 
     def ready() -> bool | None:
@@ -178,9 +202,14 @@ class KafkaBroker:
     #: The listener the broker talks to itself on.
     INTER_BROKER_LISTENER: ClassVar[str] = "PLAINTEXT"
 
-    def __init__(self, workdir: Path | str, version: str | None = None,
-                 extra_config: Mapping[str, object] | None = None, heap: str = "768m",
-                 detached: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: Path | str,
+        version: str | None = None,
+        extra_config: Mapping[str, object] | None = None,
+        heap: str = "768m",
+        detached: bool = False,
+    ) -> None:
         self.workdir = Path(workdir).resolve()
         self._version = version or default_kafka_version()
         self.extra_config = dict(extra_config or {})
@@ -248,10 +277,11 @@ class KafkaBroker:
         return {
             "listeners": ",".join(f"{name}://{self.address(name)}" for name in self.LISTENERS),
             "advertised.listeners": ",".join(
-                f"{name}://{self.address(name)}" for name in self.LISTENERS
-                if name != CONTROLLER),
+                f"{name}://{self.address(name)}" for name in self.LISTENERS if name != CONTROLLER
+            ),
             "listener.security.protocol.map": ",".join(
-                f"{name}:{protocol}" for name, protocol in self.LISTENERS.items()),
+                f"{name}:{protocol}" for name, protocol in self.LISTENERS.items()
+            ),
             "inter.broker.listener.name": self.INTER_BROKER_LISTENER,
             "controller.quorum.voters": self._quorum_voters(),
         }
@@ -272,23 +302,37 @@ class KafkaBroker:
         (self.workdir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
 
     def _java(self, *args: str, server: bool = False) -> list[str]:
-        java = java_executable("it runs Apache Kafka's broker (or set KTS_KAFKA_BOOTSTRAP to a "
-                               "broker of your own)")
+        java = java_executable(
+            "it runs Apache Kafka's broker (or set KTS_KAFKA_BOOTSTRAP to a broker of your own)"
+        )
         # The broker: G1 and a modest heap; the short-lived tools: start fast.
-        tuning = ([f"-Xmx{self.heap}", "-XX:+UseG1GC"] if server else
-                  ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+        tuning = (
+            [f"-Xmx{self.heap}", "-XX:+UseG1GC"]
+            if server
+            else ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+        )
         return [
-            java, *tuning,
+            java,
+            *tuning,
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
-            "-cp", f"{kafka_jars(self.version)}/*", *args,
+            "-cp",
+            f"{kafka_jars(self.version)}/*",
+            *args,
         ]
 
     def _format_storage(self) -> None:
         """Format ``log.dirs`` once (KRaft needs a cluster id and meta.properties)."""
         if (self.data_dir / "meta.properties").exists():
             return
-        self._run_tool("kafka.tools.StorageTool", "format", "-t", self._cluster_id(),
-                       "-c", str(self.config_path), *self._format_options())
+        self._run_tool(
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            self._cluster_id(),
+            "-c",
+            str(self.config_path),
+            *self._format_options(),
+        )
 
     def _cluster_id(self) -> str:
         """The cluster id the storage is formatted with: a new one from Kafka's tool."""
@@ -305,11 +349,19 @@ class KafkaBroker:
         return []
 
     def _run_tool(self, *args: str) -> str:
-        done = subprocess.run(self._java(*args), capture_output=True, text=True, timeout=120,
-                              check=False, cwd=self.workdir)
+        done = subprocess.run(
+            self._java(*args),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=self.workdir,
+        )
         if done.returncode != 0:
-            raise TestbedError(f"{' '.join(args)} failed ({done.returncode}):\n"
-                               f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+            raise TestbedError(
+                f"{' '.join(args)} failed ({done.returncode}):\n"
+                f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
+            )
         return done.stdout
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -335,14 +387,20 @@ class KafkaBroker:
     def wait_ready(self, timeout: float = 90.0) -> None:
         """Wait until the launched broker serves metadata and transactions; kill it if it does
         not within ``timeout``."""
+
         def ready() -> bool | None:
             if not self.is_running():
                 raise TestbedError(f"the Kafka broker exited during start\n{self._diagnose()}")
             return probe_broker(self.bootstrap, settings=self.setup_settings())
 
         try:
-            wait_for(ready, timeout, f"Kafka {self.version} at {self.bootstrap}", interval=1.0,
-                     on_timeout=self._diagnose)
+            wait_for(
+                ready,
+                timeout,
+                f"Kafka {self.version} at {self.bootstrap}",
+                interval=1.0,
+                on_timeout=self._diagnose,
+            )
         except BaseException:
             self.kill()
             raise
@@ -372,17 +430,22 @@ class KafkaBroker:
             self.kill()
         return self.start(timeout)
 
-    def create_topic(self, name: str, partitions: int = 3,
-                     config: Mapping[str, str] | None = None, timeout: float = 30.0) -> str:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 3,
+        config: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> str:
         """Create topic ``name`` on this broker (see ``create_topic``); returns the name."""
-        create_topic(self.bootstrap, name, partitions, config, timeout,
-                     settings=self.setup_settings())
+        create_topic(
+            self.bootstrap, name, partitions, config, timeout, settings=self.setup_settings()
+        )
         return name
 
     def __repr__(self) -> str:
         port = self._ports.get(next(iter(self.LISTENERS)), "-")
-        return (f"{type(self).__name__}(version={self.version}, port={port}, "
-                f"workdir={self.workdir})")
+        return f"{type(self).__name__}(version={self.version}, port={port}, workdir={self.workdir})"
 
 
 class ExternalKafkaBroker:
@@ -403,15 +466,22 @@ class ExternalKafkaBroker:
         wait_broker_ready(self.bootstrap, timeout)
         return self.bootstrap
 
-    def create_topic(self, name: str, partitions: int = 3,
-                     config: Mapping[str, str] | None = None, timeout: float = 30.0) -> str:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 3,
+        config: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> str:
         """Create topic ``name`` on this broker (see ``create_topic``); returns the name."""
         create_topic(self.bootstrap, name, partitions, config, timeout)
         return name
 
     def _refuse(self, *_: object, **__: object) -> str:
-        raise TestbedError(f"the broker at {self.bootstrap} is external (KTS_KAFKA_BOOTSTRAP): "
-                           "it cannot be stopped, killed or restarted from the tests")
+        raise TestbedError(
+            f"the broker at {self.bootstrap} is external (KTS_KAFKA_BOOTSTRAP): "
+            "it cannot be stopped, killed or restarted from the tests"
+        )
 
     stop = kill = restart = _refuse
 

@@ -79,14 +79,23 @@ class Quorum:
     def voters(self) -> str:
         """``controller.quorum.voters``: ``id@host:port`` of every node."""
         return ",".join(
-            f"{node_id}@{LOOPBACK}:{port}" for node_id, port in self.controller_ports.items())
+            f"{node_id}@{LOOPBACK}:{port}" for node_id, port in self.controller_ports.items()
+        )
 
 
 class ClusterNode(KafkaBroker):
     """One node of a ``KafkaCluster``: a broker and a voter of the cluster's quorum."""
 
-    def __init__(self, workdir: Path, node_id: int, ports: Mapping[str, int], quorum: Quorum,
-                 version: str, extra_config: Mapping[str, object], heap: str) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        node_id: int,
+        ports: Mapping[str, int],
+        quorum: Quorum,
+        version: str,
+        extra_config: Mapping[str, object],
+        heap: str,
+    ) -> None:
         super().__init__(workdir, version, {**extra_config, "node.id": node_id}, heap)
         self.node_id = node_id
         self._quorum = quorum
@@ -110,17 +119,30 @@ class KafkaCluster:
     coordinator, so killing it hits every open transaction at once.
     """
 
-    def __init__(self, workdir: Path | str, nodes: int = 3, version: str | None = None,
-                 extra_config: Mapping[str, object] | None = None, heap: str = "384m",
-                 transaction_state_partitions: int = 1) -> None:
+    def __init__(
+        self,
+        workdir: Path | str,
+        nodes: int = 3,
+        version: str | None = None,
+        extra_config: Mapping[str, object] | None = None,
+        heap: str = "384m",
+        transaction_state_partitions: int = 1,
+    ) -> None:
         self.workdir = Path(workdir).resolve()
         self.version = version or default_kafka_version()
         ports = _distinct_ports(nodes, list(KafkaBroker.LISTENERS))
         self._quorum = Quorum({node_id: ports[node_id][CONTROLLER] for node_id in ports})
         config = {**cluster_config(nodes, transaction_state_partitions), **(extra_config or {})}
         self.nodes = {
-            node_id: ClusterNode(self.workdir / f"node{node_id}", node_id, ports[node_id],
-                                 self._quorum, self.version, config, heap)
+            node_id: ClusterNode(
+                self.workdir / f"node{node_id}",
+                node_id,
+                ports[node_id],
+                self._quorum,
+                self.version,
+                config,
+                heap,
+            )
             for node_id in ports
         }
 
@@ -181,8 +203,12 @@ class KafkaCluster:
             raise TestbedError(f"node(s) {stopped} are not running: launch them first")
         for node in self.nodes.values():
             node.wait_ready(timeout)
-        wait_for(self._out_of_sync, timeout, "every partition fully in sync",
-                 on_timeout=lambda: f"out of sync: {self._lagging()}")
+        wait_for(
+            self._out_of_sync,
+            timeout,
+            "every partition fully in sync",
+            on_timeout=lambda: f"out of sync: {self._lagging()}",
+        )
 
     def _out_of_sync(self) -> bool | None:
         return True if not self._lagging() else None
@@ -200,16 +226,22 @@ class KafkaCluster:
 
     # ---- topics and coordinators ------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int = 3,
-                     config: Mapping[str, str] | None = None, timeout: float = 30.0) -> str:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 3,
+        config: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> str:
         """Create topic ``name`` with a replica on every node; returns the name."""
-        create_topic(self.bootstrap, name, partitions, config, timeout,
-                     replication_factor=len(self.nodes))
+        create_topic(
+            self.bootstrap, name, partitions, config, timeout, replication_factor=len(self.nodes)
+        )
         return name
 
     def leader(self, topic: str, partition: int, timeout: float = 30.0) -> int:
-        """The node leading ``topic[partition]`` (waits while it has none, e.g. in a fail-over).
-        """
+        """The node leading ``topic[partition]`` (waits while it has none, e.g. in a fail-over)."""
+
         def led_by() -> int | None:
             found = self._admin().list_topics(topic=topic, timeout=10).topics.get(topic)
             if found is None or found.error is not None or partition not in found.partitions:
@@ -250,8 +282,10 @@ class KafkaCluster:
         return admin_client(self.bootstrap)
 
     def __repr__(self) -> str:
-        return (f"KafkaCluster(version={self.version}, nodes={sorted(self.nodes)}, "
-                f"workdir={self.workdir})")
+        return (
+            f"KafkaCluster(version={self.version}, nodes={sorted(self.nodes)}, "
+            f"workdir={self.workdir})"
+        )
 
 
 def _distinct_ports(nodes: int, listeners: list[str]) -> dict[int, dict[str, int]]:

@@ -56,8 +56,9 @@ def wait_for(
             return result
         if time.monotonic() >= deadline:
             detail = f"; last error: {last_error}" if last_error else ""
-            raise TestbedError(f"timed out after {timeout:.0f}s waiting for {what}{detail}\n"
-                               + on_timeout())
+            raise TestbedError(
+                f"timed out after {timeout:.0f}s waiting for {what}{detail}\n" + on_timeout()
+            )
         time.sleep(interval)
 
 
@@ -118,8 +119,9 @@ def java_executable(needed_for: str) -> str:
     if found is None and java_home and (Path(java_home) / "bin" / "java").is_file():
         found = str(Path(java_home) / "bin" / "java")
     if found is None:
-        raise TestbedError(f"Java (java) is not on PATH nor in $JAVA_HOME: {needed_for}; "
-                           "install a JDK 17 or 21")
+        raise TestbedError(
+            f"Java (java) is not on PATH nor in $JAVA_HOME: {needed_for}; install a JDK 17 or 21"
+        )
     return found
 
 
@@ -127,9 +129,11 @@ def maven_executable() -> str:
     """``mvn`` on PATH; a TestbedError saying what needs it."""
     found = shutil.which("mvn")
     if found is None:
-        raise TestbedError("Maven (mvn) is not on PATH: it resolves the test bed's jars (Apache "
-                           "Kafka's broker, Spark's Kafka connector, the Schema Registry) from "
-                           "Maven Central; install Maven 3")
+        raise TestbedError(
+            "Maven (mvn) is not on PATH: it resolves the test bed's jars (Apache "
+            "Kafka's broker, Spark's Kafka connector, the Schema Registry) from "
+            "Maven Central; install Maven 3"
+        )
     return found
 
 
@@ -157,8 +161,9 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def spawn(cmd: list[str], log_path: Path, cwd: Path, detached: bool,
-          env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+def spawn(
+    cmd: list[str], log_path: Path, cwd: Path, detached: bool, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start ``cmd`` in its own process group, output appended to ``log_path``.
 
     Unless ``detached``, it is ended at exit and dies with the thread that started it."""
@@ -166,8 +171,13 @@ def spawn(cmd: list[str], log_path: Path, cwd: Path, detached: bool,
     tie = not detached and sys.platform.startswith("linux")
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, env=dict(env) if env is not None else None,
+            cmd,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
             preexec_fn=_die_with_parent if tie else None,
         )
     if not detached:
@@ -181,8 +191,9 @@ def signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-def terminate(proc: subprocess.Popen[bytes], timeout: float, sig: signal.Signals =
-              signal.SIGTERM) -> None:
+def terminate(
+    proc: subprocess.Popen[bytes], timeout: float, sig: signal.Signals = signal.SIGTERM
+) -> None:
     """Signal the process group, wait up to ``timeout``, then SIGKILL it."""
     _LIVE.pop(proc.pid, None)
     if proc.poll() is None:
@@ -262,8 +273,9 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def kill_tree(proc: subprocess.Popen[bytes], timeout: float = 30.0,
-              grace: float = 0.0) -> list[int]:
+def kill_tree(
+    proc: subprocess.Popen[bytes], timeout: float = 30.0, grace: float = 0.0
+) -> list[int]:
     """SIGKILL ``proc``, its process group and every process below it, as a machine's crash
     would (after SIGTERM to the group and up to ``grace`` seconds, if given). PySpark's
     daemons put themselves in groups of their own, so the group alone would leave them (and

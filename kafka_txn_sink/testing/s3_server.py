@@ -88,8 +88,9 @@ def probe_http(url: str, timeout: float = 2.0) -> bool | None:
 class S3Server:
     """moto's S3-compatible server (``python -m moto.server``) on a loopback port."""
 
-    def __init__(self, workdir: Path | str | None = None, python: str | None = None,
-                 detached: bool = False) -> None:
+    def __init__(
+        self, workdir: Path | str | None = None, python: str | None = None, detached: bool = False
+    ) -> None:
         self.workdir = Path(workdir).resolve() if workdir else cache_dir() / "moto"
         self.python = python or sys.executable
         self.detached = detached
@@ -133,8 +134,13 @@ class S3Server:
             return probe_http(f"{self.endpoint}/moto-api/")
 
         try:
-            wait_for(ready, timeout, f"S3 server at {self.endpoint}", interval=0.2,
-                     on_timeout=lambda: tail(self.log_path))
+            wait_for(
+                ready,
+                timeout,
+                f"S3 server at {self.endpoint}",
+                interval=0.2,
+                on_timeout=lambda: tail(self.log_path),
+            )
         except BaseException:
             self.stop()
             raise
@@ -163,8 +169,10 @@ class ExternalS3Server:
         self.endpoint = endpoint.rstrip("/")
 
     def _refuse(self, *_: object, **__: object) -> None:
-        raise TestbedError(f"the S3 endpoint {self.endpoint} is external (KTS_S3_ENDPOINT): "
-                           "it cannot be stopped, paused or resumed from the tests")
+        raise TestbedError(
+            f"the S3 endpoint {self.endpoint} is external (KTS_S3_ENDPOINT): "
+            "it cannot be stopped, paused or resumed from the tests"
+        )
 
     stop = pause = resume = _refuse
 

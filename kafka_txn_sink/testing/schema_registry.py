@@ -48,8 +48,13 @@ READY_PATH = "/health/ready"
 
 # The parent's plugins that a rebuild of the release does not need (checks, docs, sources).
 _MAVEN_GOALS = [
-    "-Pprod", "package", "-DskipTests", "-Dcheckstyle.skip", "-Denforcer.skip",
-    "-Dmaven.javadoc.skip", "-Dmaven.source.skip",
+    "-Pprod",
+    "package",
+    "-DskipTests",
+    "-Dcheckstyle.skip",
+    "-Denforcer.skip",
+    "-Dmaven.javadoc.skip",
+    "-Dmaven.source.skip",
 ]
 _PARENT_VERSION = re.compile(r"<version>[^<]*</version>(?=<!-- APICURIO_VERSION -->)")
 _BUILD_TIMEOUT = 1800.0
@@ -85,13 +90,16 @@ def _build(version: str, out: Path) -> None:
         pom = project / "pom.xml"
         text, count = _PARENT_VERSION.subn(f"<version>{version}</version>", pom.read_text())
         if count != 1:
-            raise TestbedError(f"{REGISTRY_PROJECT / 'pom.xml'}: no parent version marked "
-                               "<!-- APICURIO_VERSION -->")
+            raise TestbedError(
+                f"{REGISTRY_PROJECT / 'pom.xml'}: no parent version marked "
+                "<!-- APICURIO_VERSION -->"
+            )
         pom.write_text(text)
         cmd = [mvn, "-q", "-B", *settings, *extra, *_MAVEN_GOALS, "-f", str(pom)]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=_BUILD_TIMEOUT,
-                                  check=False)
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=_BUILD_TIMEOUT, check=False
+            )
         except subprocess.TimeoutExpired:
             errors.append(f"$ {' '.join(cmd)}\n(timed out after {_BUILD_TIMEOUT:.0f} s)")
             continue
@@ -126,8 +134,13 @@ class SchemaRegistry:
             client = SchemaRegistryClient({"url": registry.url})
     """
 
-    def __init__(self, workdir: Path | str | None = None, version: str | None = None,
-                 heap: str = "256m", detached: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: Path | str | None = None,
+        version: str | None = None,
+        heap: str = "256m",
+        detached: bool = False,
+    ) -> None:
         self.workdir = Path(workdir).resolve() if workdir else cache_dir() / "schema-registry"
         self._version = version or apicurio_version()
         self.heap = heap
@@ -173,9 +186,15 @@ class SchemaRegistry:
         runner = registry_runner(self.version)
         java = java_executable("it runs the test bed's Schema Registry (Apicurio Registry)")
         return [
-            java, f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-            f"-Dquarkus.http.host={LOOPBACK}", f"-Dquarkus.http.port={self._port}",
-            "-Dquarkus.profile=prod", "-jar", str(runner),
+            java,
+            f"-Xmx{self.heap}",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            f"-Dquarkus.http.host={LOOPBACK}",
+            f"-Dquarkus.http.port={self._port}",
+            "-Dquarkus.profile=prod",
+            "-jar",
+            str(runner),
         ]
 
     def start(self, timeout: float = 90.0) -> str:
@@ -197,14 +216,21 @@ class SchemaRegistry:
         def ready() -> bool | None:
             if not self.is_running():
                 code = self._proc.poll() if self._proc is not None else None
-                raise TestbedError(f"the Schema Registry (Apicurio Registry {self.version}) "
-                                   f"exited ({code}) during start\n{tail(self.log_path)}")
+                raise TestbedError(
+                    f"the Schema Registry (Apicurio Registry {self.version}) "
+                    f"exited ({code}) during start\n{tail(self.log_path)}"
+                )
             return probe_ready(self.base_url + READY_PATH)
 
         try:
-            wait_for(ready, timeout, f"the Schema Registry (Apicurio Registry {self.version}) "
-                     f"at {self.base_url}{READY_PATH}", interval=0.25,
-                     on_timeout=lambda: tail(self.log_path))
+            wait_for(
+                ready,
+                timeout,
+                f"the Schema Registry (Apicurio Registry {self.version}) "
+                f"at {self.base_url}{READY_PATH}",
+                interval=0.25,
+                on_timeout=lambda: tail(self.log_path),
+            )
         except BaseException:
             self.stop()
             raise
@@ -219,10 +245,16 @@ class SchemaRegistry:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self.stop()
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(version={self.version}, port={self._port or '-'}, "
-                f"workdir={self.workdir})")
+        return (
+            f"{type(self).__name__}(version={self.version}, port={self._port or '-'}, "
+            f"workdir={self.workdir})"
+        )

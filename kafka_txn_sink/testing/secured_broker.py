@@ -85,9 +85,14 @@ class SecuredKafkaBroker(KafkaBroker):
     }
     INTER_BROKER_LISTENER: ClassVar[str] = INTERNAL_LISTENER
 
-    def __init__(self, workdir: Path | str, version: str | None = None,
-                 extra_config: Mapping[str, object] | None = None, heap: str = "768m",
-                 detached: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: Path | str,
+        version: str | None = None,
+        extra_config: Mapping[str, object] | None = None,
+        heap: str = "768m",
+        detached: bool = False,
+    ) -> None:
         super().__init__(workdir, version, extra_config, heap, detached)
         self.ca = CertificateAuthority(self.workdir / "tls")
         self.admin = KafkaUser(ADMIN, SCRAM_SHA_512, password=ADMIN_PASSWORD)
@@ -111,8 +116,10 @@ class SecuredKafkaBroker(KafkaBroker):
             "ssl.keystore.location": str(self.ca.files(BROKER).keystore),
             "ssl.truststore.type": "PEM",
             "ssl.truststore.location": str(self.ca_path),
-            **{f"listener.name.{name.lower()}.ssl.client.auth": "required"
-               for name in (MTLS_LISTENER, INTERNAL_LISTENER, CONTROLLER)},
+            **{
+                f"listener.name.{name.lower()}.ssl.client.auth": "required"
+                for name in (MTLS_LISTENER, INTERNAL_LISTENER, CONTROLLER)
+            },
             # User:<CN> rather than User:CN=<CN>: certificates here have a CN only.
             "ssl.principal.mapping.rules": "RULE:^CN=(.*)$/$1/,DEFAULT",
             "sasl.enabled.mechanisms": f"{SCRAM_SHA_512},{PLAIN}",
@@ -124,19 +131,21 @@ class SecuredKafkaBroker(KafkaBroker):
 
     def _jaas_config(self) -> dict[str, str]:
         prefix = f"listener.name.{SASL_LISTENER.lower()}"
-        plain_users = "".join(f' user_{name}="{password}"'
-                              for name, password in self._plain_passwords.items())
+        plain_users = "".join(
+            f' user_{name}="{password}"' for name, password in self._plain_passwords.items()
+        )
+        scram, plain = SCRAM_SHA_512.lower(), PLAIN.lower()
         return {
-            f"{prefix}.{SCRAM_SHA_512.lower()}.sasl.jaas.config":
-                f"{_JAAS[SCRAM_SHA_512]} required;",
-            f"{prefix}.{PLAIN.lower()}.sasl.jaas.config":
-                f"{_JAAS[PLAIN]} required{plain_users};",
+            f"{prefix}.{scram}.sasl.jaas.config": f"{_JAAS[SCRAM_SHA_512]} required;",
+            f"{prefix}.{plain}.sasl.jaas.config": f"{_JAAS[PLAIN]} required{plain_users};",
         }
 
     def _format_options(self) -> list[str]:
         # The set-up user must exist before the broker serves anyone.
-        return ["--add-scram",
-                f"{SCRAM_SHA_512}=[name={self.admin.name},password={self.admin.password}]"]
+        return [
+            "--add-scram",
+            f"{SCRAM_SHA_512}=[name={self.admin.name},password={self.admin.password}]",
+        ]
 
     def setup_settings(self) -> dict[str, SettingValue]:
         """The super user ``admin``'s settings over SASL_SSL."""
@@ -155,13 +164,20 @@ class SecuredKafkaBroker(KafkaBroker):
 
         user = KafkaUser(_user_name(name), SCRAM_SHA_512, password=_password(password))
         upsert = UserScramCredentialUpsertion(
-            name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
-            password.encode())
+            name,
+            ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
+            password.encode(),
+        )
         admin = self._admin()  # kept referenced: its futures fail once it is collected
         admin.alter_user_scram_credentials([upsert], request_timeout=timeout)[name].result(
-            timeout=timeout)
-        wait_for(lambda: self._authenticates(user), timeout, f"SCRAM user {name} to authenticate",
-                 interval=0.5)
+            timeout=timeout
+        )
+        wait_for(
+            lambda: self._authenticates(user),
+            timeout,
+            f"SCRAM user {name} to authenticate",
+            interval=0.5,
+        )
         return user
 
     def add_plain_user(self, name: str, password: str, timeout: float = 90.0) -> KafkaUser:
@@ -179,16 +195,19 @@ class SecuredKafkaBroker(KafkaBroker):
         return KafkaUser(name, TLS, certificate=issued.certificate, key=issued.key)
 
     def _authenticates(self, user: KafkaUser) -> bool | None:
-        metadata = admin_client(self.address(self._listener_of(user)),
-                                self._security_settings(user)).list_topics(timeout=5)
+        metadata = admin_client(
+            self.address(self._listener_of(user)), self._security_settings(user)
+        ).list_topics(timeout=5)
         return bool(metadata.brokers) or None
 
     # ---- client settings ----------------------------------------------------------------------
 
     def client_settings(self, user: KafkaUser) -> dict[str, SettingValue]:
         """librdkafka settings (confluent_kafka) of ``user``, ``bootstrap.servers`` included."""
-        return {"bootstrap.servers": self.address(self._listener_of(user)),
-                **self._security_settings(user)}
+        return {
+            "bootstrap.servers": self.address(self._listener_of(user)),
+            **self._security_settings(user),
+        }
 
     def kafka_python_settings(self, user: KafkaUser) -> dict[str, object]:
         """kafka-python keyword arguments of ``user`` (e.g. for ``KafkaAdminClient``)."""
@@ -198,11 +217,18 @@ class SecuredKafkaBroker(KafkaBroker):
             "ssl_check_hostname": True,
         }
         if user.mechanism == TLS:
-            settings.update(security_protocol="SSL", ssl_certfile=str(user.certificate),
-                            ssl_keyfile=str(user.key))
+            settings.update(
+                security_protocol="SSL",
+                ssl_certfile=str(user.certificate),
+                ssl_keyfile=str(user.key),
+            )
         else:
-            settings.update(security_protocol="SASL_SSL", sasl_mechanism=user.mechanism,
-                            sasl_plain_username=user.name, sasl_plain_password=user.password)
+            settings.update(
+                security_protocol="SASL_SSL",
+                sasl_mechanism=user.mechanism,
+                sasl_plain_username=user.name,
+                sasl_plain_password=user.password,
+            )
         return settings
 
     def java_settings(self, user: KafkaUser) -> dict[str, str]:
@@ -215,15 +241,22 @@ class SecuredKafkaBroker(KafkaBroker):
             "ssl.endpoint.identification.algorithm": "https",
         }
         if user.mechanism == TLS:
-            settings.update({"security.protocol": "SSL", "ssl.keystore.type": "PEM",
-                             "ssl.keystore.location": str(self.ca.files(user.name).keystore)})
+            settings.update(
+                {
+                    "security.protocol": "SSL",
+                    "ssl.keystore.type": "PEM",
+                    "ssl.keystore.location": str(self.ca.files(user.name).keystore),
+                }
+            )
         else:
-            settings.update({
-                "security.protocol": "SASL_SSL",
-                "sasl.mechanism": user.mechanism,
-                "sasl.jaas.config": f'{_JAAS[user.mechanism]} required username="{user.name}" '
-                                    f'password="{user.password}";',
-            })
+            settings.update(
+                {
+                    "security.protocol": "SASL_SSL",
+                    "sasl.mechanism": user.mechanism,
+                    "sasl.jaas.config": f'{_JAAS[user.mechanism]} required username="{user.name}" '
+                    f'password="{user.password}";',
+                }
+            )
         return settings
 
     def _security_settings(self, user: KafkaUser) -> dict[str, SettingValue]:
@@ -232,14 +265,24 @@ class SecuredKafkaBroker(KafkaBroker):
             "ssl.endpoint.identification.algorithm": "https",
         }
         if user.mechanism == TLS:
-            settings.update({"security.protocol": "SSL",
-                             "ssl.certificate.location": str(user.certificate),
-                             "ssl.key.location": str(user.key)})
+            settings.update(
+                {
+                    "security.protocol": "SSL",
+                    "ssl.certificate.location": str(user.certificate),
+                    "ssl.key.location": str(user.key),
+                }
+            )
         else:
             if user.password is None:
                 raise TestbedError(f"{user.mechanism} user {user.name} has no password")
-            settings.update({"security.protocol": "SASL_SSL", "sasl.mechanism": user.mechanism,
-                             "sasl.username": user.name, "sasl.password": user.password})
+            settings.update(
+                {
+                    "security.protocol": "SASL_SSL",
+                    "sasl.mechanism": user.mechanism,
+                    "sasl.username": user.name,
+                    "sasl.password": user.password,
+                }
+            )
         return settings
 
     @staticmethod
@@ -248,8 +291,15 @@ class SecuredKafkaBroker(KafkaBroker):
 
     # ---- ACLs -----------------------------------------------------------------------------------
 
-    def allow(self, principal: str, resource_type: str, resource_name: str,
-              operations: Iterable[str], prefixed: bool = False, timeout: float = 30.0) -> None:
+    def allow(
+        self,
+        principal: str,
+        resource_type: str,
+        resource_name: str,
+        operations: Iterable[str],
+        prefixed: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
         """Allow ``principal`` (``User:<name>``) ``operations`` (``"WRITE"``, ...) on a resource
         (``"TOPIC"``, ``"GROUP"``, ``"TRANSACTIONAL_ID"``, ``"BROKER"`` for the cluster), as the
         super user; returns once the broker enforces them."""
@@ -263,8 +313,15 @@ class SecuredKafkaBroker(KafkaBroker):
 
         pattern = ResourcePatternType.PREFIXED if prefixed else ResourcePatternType.LITERAL
         bindings = [
-            AclBinding(ResourceType[resource_type.upper()], resource_name, pattern, principal,
-                       "*", AclOperation[operation.upper()], AclPermissionType.ALLOW)
+            AclBinding(
+                ResourceType[resource_type.upper()],
+                resource_name,
+                pattern,
+                principal,
+                "*",
+                AclOperation[operation.upper()],
+                AclPermissionType.ALLOW,
+            )
             for operation in operations
         ]
         self.create_acls(bindings, timeout)
@@ -279,13 +336,22 @@ class SecuredKafkaBroker(KafkaBroker):
             future.result(timeout=timeout)
 
         def enforced(binding: Any) -> bool:
-            pattern = AclBindingFilter(binding.restype, binding.name, binding.resource_pattern_type,
-                                       binding.principal, binding.host, binding.operation,
-                                       binding.permission_type)
+            pattern = AclBindingFilter(
+                binding.restype,
+                binding.name,
+                binding.resource_pattern_type,
+                binding.principal,
+                binding.host,
+                binding.operation,
+                binding.permission_type,
+            )
             return binding in admin.describe_acls(pattern, request_timeout=5).result(timeout=10)
 
-        wait_for(lambda: all(enforced(b) for b in bindings) or None, timeout,
-                 f"{len(bindings)} ACLs to be enforced")
+        wait_for(
+            lambda: all(enforced(b) for b in bindings) or None,
+            timeout,
+            f"{len(bindings)} ACLs to be enforced",
+        )
 
     def _admin(self) -> Any:
         return admin_client(self.bootstrap, self.setup_settings())

@@ -77,21 +77,55 @@ class SparkCluster:
         spark_class = spark_home(self.python) / "bin" / "spark-class"
         env = self._environment()
         self._master = spawn(
-            [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
-             "--port", str(self.port), "--webui-port", str(self.webui_port)],
-            self.workdir / "master.log", self.workdir, detached=False, env=env)
+            [
+                str(spark_class),
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(self.port),
+                "--webui-port",
+                str(self.webui_port),
+            ],
+            self.workdir / "master.log",
+            self.workdir,
+            detached=False,
+            env=env,
+        )
         for index in range(self.worker_count):
             work_dir = self.worker_dir(index)
             work_dir.mkdir(parents=True, exist_ok=True)
-            self._workers.append(spawn(
-                [str(spark_class), "org.apache.spark.deploy.worker.Worker", self.master_url,
-                 "--host", LOOPBACK, "--port", str(free_port()),
-                 "--webui-port", str(free_port()), "--cores", "1", "--memory", "1g",
-                 "--work-dir", str(work_dir)],
-                self.workdir / f"worker-{index}.log", self.workdir, detached=False, env=env))
-        wait_for(self._all_workers_alive, START_TIMEOUT_S,
-                 f"{self.worker_count} ALIVE workers at {self.master_url}",
-                 on_timeout=self._logs)
+            self._workers.append(
+                spawn(
+                    [
+                        str(spark_class),
+                        "org.apache.spark.deploy.worker.Worker",
+                        self.master_url,
+                        "--host",
+                        LOOPBACK,
+                        "--port",
+                        str(free_port()),
+                        "--webui-port",
+                        str(free_port()),
+                        "--cores",
+                        "1",
+                        "--memory",
+                        "1g",
+                        "--work-dir",
+                        str(work_dir),
+                    ],
+                    self.workdir / f"worker-{index}.log",
+                    self.workdir,
+                    detached=False,
+                    env=env,
+                )
+            )
+        wait_for(
+            self._all_workers_alive,
+            START_TIMEOUT_S,
+            f"{self.worker_count} ALIVE workers at {self.master_url}",
+            on_timeout=self._logs,
+        )
         return self
 
     def stop(self) -> None:
@@ -104,8 +138,12 @@ class SparkCluster:
     def __enter__(self) -> SparkCluster:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self.stop()
 
     def worker_dir(self, index: int) -> Path:
@@ -157,14 +195,16 @@ class SparkCluster:
         """SIGKILL the executor JVM alone (as the kernel's OOM killer would) and wait until its
         worker has seen it go."""
         os.kill(executor.pid, signal.SIGKILL)
-        wait_for(lambda: None if executor in self.executors() else True, timeout,
-                 f"executor {executor.pid} of worker {executor.worker} to end")
+        wait_for(
+            lambda: None if executor in self.executors() else True,
+            timeout,
+            f"executor {executor.pid} of worker {executor.worker} to end",
+        )
 
     def _all_workers_alive(self) -> bool | None:
         for proc in [p for p in (self._master, *self._workers) if p is not None]:
             if proc.poll() is not None:
-                raise TestbedError(f"a Spark daemon exited with {proc.returncode}\n"
-                                   + self._logs())
+                raise TestbedError(f"a Spark daemon exited with {proc.returncode}\n" + self._logs())
         return True if self.workers_alive() == self.worker_count else None
 
     def _environment(self) -> dict[str, str]:
@@ -187,23 +227,39 @@ def wheel_venv(workdir: Path, source: Path, spark_version: str, timeout: float =
     copy = workdir / "source"
     _copy_sources(source, copy, timeout)
     dist, venv = workdir / "dist", workdir / "venv"
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(copy)],
-         workdir, timeout, "build the wheel")
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(copy)],
+        workdir,
+        timeout,
+        "build the wheel",
+    )
     wheel = next(dist.glob("kafka_txn_sink-*.whl"))
     _run([sys.executable, "-m", "venv", str(venv)], workdir, timeout, "make the venv")
     python = str(venv / "bin" / "python")
-    _run([python, "-m", "pip", "install", "-q", f"{wheel}[spark]", f"pyspark=={spark_version}"],
-         workdir, timeout, "install the wheel")
-    where = _run([python, "-c", "import kafka_txn_sink; print(kafka_txn_sink.__file__)"],
-                 workdir, timeout, "import the package")
+    _run(
+        [python, "-m", "pip", "install", "-q", f"{wheel}[spark]", f"pyspark=={spark_version}"],
+        workdir,
+        timeout,
+        "install the wheel",
+    )
+    where = _run(
+        [python, "-c", "import kafka_txn_sink; print(kafka_txn_sink.__file__)"],
+        workdir,
+        timeout,
+        "import the package",
+    )
     if venv.resolve() not in Path(where.strip()).resolve().parents:
         raise TestbedError(f"kafka_txn_sink imports from {where.strip()}, not from {venv}")
     return python
 
 
 def _copy_sources(source: Path, target: Path, timeout: float) -> None:
-    listed = _run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                  source, timeout, "list the sources")
+    listed = _run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        source,
+        timeout,
+        "list the sources",
+    )
     for name in filter(None, listed.split("\0")):
         origin = source / name
         if origin.is_file():
@@ -213,8 +269,9 @@ def _copy_sources(source: Path, target: Path, timeout: float) -> None:
 
 def _run(cmd: list[str], cwd: Path, timeout: float, what: str) -> str:
     try:
-        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        done = subprocess.run(
+            cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+        )
     except subprocess.TimeoutExpired:
         raise TestbedError(f"{what}: timed out after {timeout:.0f}s: {cmd}") from None
     if done.returncode != 0:
@@ -246,7 +303,11 @@ def spark_home(python: str) -> Path:
     """
     found = subprocess.run(
         [python, "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
-        capture_output=True, text=True, timeout=60, check=False)
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if found.returncode != 0:
         raise TestbedError(f"no PySpark in {python}: {found.stderr[-1000:]}")
     return Path(found.stdout.strip())

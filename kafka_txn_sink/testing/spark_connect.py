@@ -47,9 +47,15 @@ class SparkConnectServer:
     failpoints' variables). Use as a context manager, or call ``start`` and ``stop``.
     """
 
-    def __init__(self, workdir: Path, python: str, jars: list[str], master: str = "local[2,4]",
-                 env: Mapping[str, str] | None = None,
-                 conf: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        python: str,
+        jars: list[str],
+        master: str = "local[2,4]",
+        env: Mapping[str, str] | None = None,
+        conf: Mapping[str, str] | None = None,
+    ) -> None:
         self.workdir = workdir
         self.python = python
         self.jars = jars
@@ -82,23 +88,38 @@ class SparkConnectServer:
         if self._proc is not None:
             raise TestbedError(f"the Spark Connect server at {self.url} runs already")
         if self._accepts():
-            raise TestbedError(f"another process listens at {self.url}: stop it, or make a "
-                               "new SparkConnectServer (a new free port)")
+            raise TestbedError(
+                f"another process listens at {self.url}: stop it, or make a "
+                "new SparkConnectServer (a new free port)"
+            )
         env = {**spark_environment(self.python, self.workdir), **self.env}
         self.starts += 1
-        command = [str(Path(env["SPARK_HOME"]) / "bin" / "spark-submit"), "--class", SERVER_CLASS,
-                   "--master", self.master, "--driver-memory", "1g"]
+        command = [
+            str(Path(env["SPARK_HOME"]) / "bin" / "spark-submit"),
+            "--class",
+            SERVER_CLASS,
+            "--master",
+            self.master,
+            "--driver-memory",
+            "1g",
+        ]
         if self.jars:
             command += ["--jars", ",".join(self.jars)]
-        settings = {**self.conf, "spark.local.dir": str(self.workdir / "local"),
-                    "spark.connect.grpc.binding.address": LOOPBACK,
-                    "spark.connect.grpc.binding.port": str(self.port)}
+        settings = {
+            **self.conf,
+            "spark.local.dir": str(self.workdir / "local"),
+            "spark.connect.grpc.binding.address": LOOPBACK,
+            "spark.connect.grpc.binding.port": str(self.port),
+        }
         for key, value in settings.items():
             command += ["--conf", f"{key}={value}"]
-        self._proc = spawn(command, self.log, self.workdir, detached=False,
-                           env=env)
-        wait_for(self._listening, START_TIMEOUT_S, f"the Spark Connect server at {self.url}",
-                 on_timeout=lambda: tail(self.log, 40))
+        self._proc = spawn(command, self.log, self.workdir, detached=False, env=env)
+        wait_for(
+            self._listening,
+            START_TIMEOUT_S,
+            f"the Spark Connect server at {self.url}",
+            on_timeout=lambda: tail(self.log, 40),
+        )
         return self
 
     def kill(self, grace: float = 0.0) -> None:
@@ -115,15 +136,20 @@ class SparkConnectServer:
     def __enter__(self) -> SparkConnectServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self.stop()
 
     def _listening(self) -> bool | None:
         if self._proc is None or self._proc.poll() is not None:
             code = None if self._proc is None else self._proc.returncode
-            raise TestbedError(f"the Spark Connect server exited with {code}\n"
-                               + tail(self.log, 40))
+            raise TestbedError(
+                f"the Spark Connect server exited with {code}\n" + tail(self.log, 40)
+            )
         return True if self._accepts() else None
 
     def _accepts(self) -> bool:

@@ -180,8 +180,11 @@ class _Run:
             for x in view.unrepaired()
             if x.partition != PROGRESS_PARTITION
         ]
-        groups = [b for b, view in sorted(log.batches.items())
-                  if any(x.partition == PROGRESS_PARTITION for x in view.unrepaired())]  # fmt: skip
+        groups = [
+            b
+            for b, view in sorted(log.batches.items())
+            if any(x.partition == PROGRESS_PARTITION for x in view.unrepaired())
+        ]
         if groups:
             self.notes.append(
                 f"batches {groups}: their consumer group's offsets (option consumerGroup) were "

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError
 
-from kafka_txn_sink.kafka.producer import _Deliveries, _PartitionReports, eos_of
+from kafka_txn_sink.kafka.deliveries import Deliveries, PartitionReports, eos_of
 
 
 @dataclass
@@ -30,7 +30,7 @@ PURGED = KafkaError(KafkaError._PURGE_QUEUE)
 
 
 def test_a_purge_reported_first_gives_way_to_the_failure_that_caused_it() -> None:
-    deliveries = _Deliveries()
+    deliveries = Deliveries()
 
     deliveries.on_delivery(PURGED, Report("small"))  # type: ignore[arg-type]
     deliveries.on_delivery(TOO_LARGE, Report("big"))  # type: ignore[arg-type]
@@ -43,7 +43,7 @@ def test_a_purge_reported_first_gives_way_to_the_failure_that_caused_it() -> Non
 
 
 def test_the_first_real_failure_is_kept() -> None:
-    deliveries = _Deliveries()
+    deliveries = Deliveries()
 
     deliveries.on_delivery(TOO_LARGE, Report("first"))  # type: ignore[arg-type]
     deliveries.on_delivery(KafkaError(KafkaError._MSG_TIMED_OUT), Report("later"))  # type: ignore[arg-type]
@@ -52,14 +52,14 @@ def test_the_first_real_failure_is_kept() -> None:
 
 
 def test_only_purges_are_still_a_failure() -> None:
-    deliveries = _Deliveries()
+    deliveries = Deliveries()
 
     deliveries.on_delivery(PURGED, Report("small"))  # type: ignore[arg-type]
 
     assert deliveries.purged_only and deliveries.error_topic == "small"
 
 
-def deliver(reports: _PartitionReports, outcomes: list[tuple[KafkaError | None, int]]) -> None:
+def deliver(reports: PartitionReports, outcomes: list[tuple[KafkaError | None, int]]) -> None:
     """Send one record per outcome and report each as librdkafka would, in order."""
     callbacks = []
     for _ in outcomes:
@@ -70,7 +70,7 @@ def deliver(reports: _PartitionReports, outcomes: list[tuple[KafkaError | None, 
 
 
 def test_partition_reports_keep_the_first_and_the_last_offset() -> None:
-    reports = _PartitionReports()
+    reports = PartitionReports()
 
     deliver(reports, [(None, 40), (None, 41), (None, 47), (None, 52)])
 
@@ -79,7 +79,7 @@ def test_partition_reports_keep_the_first_and_the_last_offset() -> None:
 
 
 def test_a_single_record_is_its_partitions_first_and_last() -> None:
-    reports = _PartitionReports()
+    reports = PartitionReports()
 
     deliver(reports, [(None, 7)])
 
@@ -87,7 +87,7 @@ def test_a_single_record_is_its_partitions_first_and_last() -> None:
 
 
 def test_a_failure_in_the_middle_is_taken_once_and_names_its_topic() -> None:
-    reports = _PartitionReports()
+    reports = PartitionReports()
     deliver(reports, [(None, 1), (TOO_LARGE, -1), (None, 3)])
 
     failed = reports.take_errors()
@@ -96,7 +96,7 @@ def test_a_failure_in_the_middle_is_taken_once_and_names_its_topic() -> None:
         (KafkaError.MSG_SIZE_TOO_LARGE, "t")
     ]
     assert reports.take_errors() == []
-    deliveries = _Deliveries()
+    deliveries = Deliveries()
     for error, msg in failed:
         deliveries.on_delivery(error, msg)
     assert deliveries.error is not None and deliveries.error_topic == "t"

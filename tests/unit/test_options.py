@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.options import parse_files_options, parse_options
+from kafka_txn_sink.files_options import parse_files_options
+from kafka_txn_sink.options import parse_options
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "sinkId": "orders", "commitLog": "/tmp/log"}
 
