@@ -47,6 +47,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a stateful operator before the sink: streaming deduplication by key",
     )
     parser.add_argument(
+        "--aggregate",
+        action="store_true",
+        help="a streaming aggregation before the sink (Append mode, behind a watermark): each "
+        "record its own group; needs the column offset (--select)",
+    )
+    parser.add_argument(
         "--partition-by-task",
         action="store_true",
         help="write each Spark task's rows to the output partition of its number",
@@ -141,9 +147,37 @@ def shaped(source: Any, args: argparse.Namespace) -> Any:
         source = source.repartition(args.partitions, *columns)
     if args.deduplicate:
         source = source.dropDuplicates(["key"])
+    if args.aggregate:
+        source = aggregated(source)
     if args.partition_by_task:
         source = source.selectExpr("*", "spark_partition_id() AS partition")
     return source
+
+
+# The aggregation's event time: a record's offset, in seconds; a record keyed `flush`, produced
+# last, is far ahead and closes every other window. The watermark trails the highest offset
+# read by 60: more than the input partitions' ends of one batch differ by in the tests
+# (tests/e2e/test_repair_shuffled.py), so no record arrives late.
+EVENT_TIME = (
+    "CASE WHEN CAST(key AS STRING) = 'flush' THEN timestamp_seconds(1000000000) "
+    "ELSE timestamp_seconds(offset) END"
+)
+WATERMARK_DELAY = "60 seconds"
+
+
+def aggregated(source: Any) -> Any:
+    """A streaming aggregation in Append mode: every record is its own group (key, value, a
+    one-second window of its event time), emitted when the watermark passes its window, one
+    batch or more after the batch that read it."""
+    from pyspark.sql import functions as F
+
+    return (
+        source.withColumn("event", F.expr(EVENT_TIME))
+        .withWatermark("event", WATERMARK_DELAY)
+        .groupBy(F.window("event", "1 second"), "key", "value")
+        .count()
+        .select("key", "value")
+    )
 
 
 def local_writer() -> str:

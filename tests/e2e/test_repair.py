@@ -11,6 +11,7 @@ produce the same rows is refused, and the loss stays recorded.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -33,12 +34,18 @@ N = 500  # batch 0 of 400 rows (maxOffsetsPerTrigger), batch 1 of 100
 
 
 def kill_at_batch_1_and_wait_for_the_timeout(
-    pipeline: Pipeline, failpoint: str, master: str = "local[2,4]"
+    pipeline: Pipeline,
+    failpoint: str,
+    master: str = "local[2,4]",
+    then_produce: Callable[[], object] | None = None,
 ) -> list[str]:
     """Run until `failpoint` of batch 1, SIGKILL the query, wait until the coordinators have
-    aborted every transaction of the batch that was still open; the ids produced."""
+    aborted every transaction of the batch that was still open; the ids produced (then what
+    `then_produce` adds to the input)."""
     pipeline.options.update(PAST_TIMEOUT)
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
+    if then_produce is not None:
+        then_produce()
     process = pipeline.start(f"{failpoint}=block@1", master)
     pipeline.wait_reached(failpoint, process)
     kill_group(process)
