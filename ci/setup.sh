@@ -4,9 +4,12 @@
 # then every jar of the test bed (Kafka broker, Spark packages) resolved from Maven Central into
 # the cache ($KTS_CACHE or ~/.cache/kafka_txn_sink), and the Schema Registry (Apicurio Registry,
 # built by Maven from Maven Central's jars) that the record formats' tests run against.
-# Needs only python3, java and mvn on PATH.
+# Needs only python3, java and mvn on PATH. `ci/setup.sh demo` sets up only what the demo uses:
+# .venv and the broker's and Spark's jars, not PySpark 4.3's environment nor the registry.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+what="${1:-all}"
+[[ "$what" == all || "$what" == demo ]] || { echo "setup: usage: ci/setup.sh [demo]" >&2; exit 2; }
 
 for tool in python3 java mvn; do
   command -v "$tool" >/dev/null || { echo "setup: $tool is not on PATH" >&2; exit 1; }
@@ -32,6 +35,11 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     --config-settings editable_mode=compat -e '.[dev]' \
     "pyspark==$spark_version"
   echo "$want" > "$stamp"
+fi
+
+if [[ "$what" == demo ]]; then
+  echo "setup: resolving the broker's and Spark's jars (the demo's)"
+  exec .venv/bin/python -m kafka_txn_sink.testing fetch
 fi
 
 ci/setup_spark_newest.sh
