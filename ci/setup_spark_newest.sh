@@ -28,9 +28,9 @@ spark_version="$(sed -n 's/^SPARK_NEWEST_VERSION=//p' "$versions")"
 [[ -n "$spark_version" ]] || { echo "setup_spark_newest: SPARK_NEWEST_VERSION missing in $versions" >&2; exit 1; }
 want="$(cat pyproject.toml "$versions" ci/setup_spark_newest.sh | sha256sum | cut -d' ' -f1)"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-  echo "setup_spark_newest: pip install -e '.[spark,all]' pyspark[connect]==$spark_version"
+  echo "setup_spark_newest: pip install -e '.[spark,all]' pyspark[connect,pipelines]==$spark_version"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "${links[@]}" \
-    --config-settings editable_mode=compat -e '.[spark,all]' "pyspark[connect]==$spark_version"
+    --config-settings editable_mode=compat -e '.[spark,all]' "pyspark[connect,pipelines]==$spark_version"
   echo "$want" > "$stamp"
 fi
 

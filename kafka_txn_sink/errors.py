@@ -43,8 +43,11 @@ class QueryIdMismatchError(KafkaTxnSinkError):
         return cls(
             f"the commit log {log_uri} of sink {sink_id} belongs to streaming query "
             f"{log_query_id}, but query {query_id} is writing: the checkpoint was deleted or "
-            f"replaced. Restore the checkpoint, or start over with a new sinkId and commitLog; "
-            f"batches are never skipped silently."
+            f"replaced (a declarative pipeline's full refresh replaces its flows' checkpoints). "
+            f"Restore the checkpoint, or start over with a new sinkId and commitLog: the query "
+            f"then writes its input again from its startingOffsets, so read_committed consumers "
+            f"get again what the old checkpoint committed unless the source starts where it "
+            f"ended; batches are never skipped silently."
         )
 
 

@@ -1,0 +1,153 @@
+"""Spark Declarative Pipelines (`pyspark.pipelines`, PySpark 4.1+) writing through the sink: a
+pipeline project whose one file declares `create_sink(name, format="kafka_txn", options)` and an
+append flow from a Kafka topic into it, run by `spark-pipelines run` of the newest Spark line,
+as a user runs it. The pipeline owns the flow's checkpoint (under its storage,
+`_checkpoints/<sink>/<flow>/<n>`), and a full refresh replaces it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kafka_txn_sink import failpoints
+from tests.e2e.conftest import SparkLine
+from tests.e2e.harness import Pipeline, assert_exactly_once, kill_group, produce_ids
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+N = 500  # batch 0 of 400 rows (maxOffsetsPerTrigger), batch 1 of 100
+SPEC = """name: ids
+storage: file://{storage}
+libraries:
+  - glob:
+      include: transformations/**
+"""
+FLOW = """import json
+import os
+
+from pyspark import pipelines as dp
+
+given = json.loads(os.environ["KTS_PIPELINE"])
+dp.create_sink("out", format="kafka_txn", options=given["sink"])
+
+
+@dp.append_flow(target="out")
+def ids():
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", given["bootstrap"])
+        .option("subscribe", given["input"])
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", given["max_offsets"])
+        .load()
+        .selectExpr("key", "value")
+    )
+"""
+
+
+def project(pipeline: Pipeline) -> Path:
+    """The pipeline project: its spec and its one transformation file."""
+    root = pipeline.workdir / "project"
+    (root / "transformations").mkdir(parents=True, exist_ok=True)
+    (root / "spark-pipeline.yml").write_text(SPEC.format(storage=pipeline.workdir / "storage"))
+    (root / "transformations" / "ids.py").write_text(FLOW)
+    return root
+
+
+def start(
+    pipeline: Pipeline, line: SparkLine, *args: str, failpoint_spec: str = ""
+) -> subprocess.Popen[str]:
+    """`spark-pipelines run ARGS` in the project, with the newest line's environment."""
+    venv = Path(line.python).parent
+    sink = {
+        "kafka.bootstrap.servers": pipeline.bootstrap,
+        "topic": pipeline.output,
+        "sinkId": pipeline.sink_id,
+        "commitLog": str(pipeline.commit_log),
+        **pipeline.options,
+    }
+    given = {
+        "sink": sink,
+        "bootstrap": pipeline.bootstrap,
+        "input": pipeline.input,
+        "max_offsets": pipeline.max_offsets,
+    }
+    env = {
+        **os.environ,
+        "PATH": f"{venv}:{os.environ['PATH']}",
+        "SPARK_HOME": str(spark_home(line.python)),
+        "PYSPARK_PYTHON": line.python,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "KTS_PIPELINE": json.dumps(given),
+        **failpoints.environment(failpoint_spec, pipeline.signals, max_s=300),
+    }
+    command = [str(venv / "spark-pipelines"), "run", "--conf", f"spark.jars={line.jars}", *args]
+    return subprocess.Popen(
+        command,
+        cwd=project(pipeline),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def spark_home(python: str) -> Path:
+    found = subprocess.run(
+        [python, "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return Path(found.stdout.strip())
+
+
+def finished(process: subprocess.Popen[str], timeout_s: float = 420) -> tuple[int, str]:
+    try:
+        out, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        raise
+    return process.returncode, out
+
+
+def test_a_pipeline_killed_after_a_decision_and_run_again_writes_every_id_once(
+    pipeline: Pipeline, spark_newest: SparkLine
+) -> None:
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
+    process = start(pipeline, spark_newest, failpoint_spec="driver.after_decision=block@1")
+    pipeline.wait_reached("driver.after_decision", process)
+    kill_group(process)
+
+    code, out = finished(start(pipeline, spark_newest))
+
+    assert code == 0, out[-4000:]
+    assert "Run is COMPLETED" in out, out[-4000:]
+    assert_exactly_once(pipeline, ids)
+    checkpoints = pipeline.workdir / "storage" / "_checkpoints" / "out" / "ids"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["0"]
+
+
+def test_a_full_refresh_is_refused_with_what_to_do_and_nothing_written_twice(
+    pipeline: Pipeline, spark_newest: SparkLine
+) -> None:
+    """A full refresh replaces the flow's checkpoint (a new query, from `startingOffsets`):
+    its replay would write every id again, so the sink refuses it, saying why and what to do,
+    and the pipeline run fails; what was committed stays once."""
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
+    code, out = finished(start(pipeline, spark_newest))
+    assert code == 0, out[-4000:]
+
+    code, out = finished(start(pipeline, spark_newest, "--full-refresh-all"))
+
+    assert code != 0
+    assert "QueryIdMismatchError" in out and "a declarative pipeline's full refresh" in out
+    assert "start over with a new sinkId and commitLog" in out
+    assert_exactly_once(pipeline, ids)
