@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kafka_txn_sink import failpoints
+from kafka_txn_sink.testing.spark_cluster import spark_home
 from tests.e2e.conftest import SparkLine
 from tests.e2e.harness import Pipeline, assert_exactly_once, kill_group, produce_ids
 
@@ -96,17 +97,6 @@ def start(
         text=True,
         start_new_session=True,
     )
-
-
-def spark_home(python: str) -> Path:
-    found = subprocess.run(
-        [python, "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return Path(found.stdout.strip())
 
 
 def finished(process: subprocess.Popen[str], timeout_s: float = 420) -> tuple[int, str]:

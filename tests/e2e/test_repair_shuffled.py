@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 
+from kafka_txn_sink.protocol.messages import Completion, Decision
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import Pipeline, assert_exactly_once, create_topics
 from tests.e2e.test_repair import kill_at_batch_1_and_wait_for_the_timeout
@@ -98,12 +99,18 @@ def first_and_replayed_orders(pipeline: Pipeline) -> dict[int, tuple[list[bytes]
     return orders
 
 
-def assert_repaired_in_another_order(pipeline: Pipeline, ids: list[str]) -> None:
+def assert_repaired(pipeline: Pipeline, ids: list[str]) -> tuple[Completion, Decision]:
+    """Every id once, and batch 1's loss repaired whole at level 1: its completion and repair."""
     assert_exactly_once(pipeline, ids)
     log = pipeline.open_log()
     completion, repair = log.completion(1), log.repair(1, 1)
     assert completion is not None and repair is not None
     assert len(completion.lost) == len(repair.repaired) > 0 and repair.refused == ()
+    return completion, repair
+
+
+def assert_repaired_in_another_order(pipeline: Pipeline, ids: list[str]) -> None:
+    assert_repaired(pipeline, ids)
     orders = first_and_replayed_orders(pipeline)
     assert all(sorted(first) == sorted(again) for first, again in orders.values()), orders
     assert any(first != again for first, again in orders.values()), (
@@ -163,11 +170,7 @@ def test_a_streaming_aggregation_replayed_is_repaired(
     restarted = shuffled.run()
 
     assert restarted.returncode == 0, restarted.error
-    assert_exactly_once(shuffled, ids)
-    log = shuffled.open_log()
-    completion, repair = log.completion(1), log.repair(1, 1)
-    assert completion is not None and repair is not None
-    assert len(completion.lost) == len(repair.repaired) > 0 and repair.refused == ()
+    assert_repaired(shuffled, ids)
     orders = first_and_replayed_orders(shuffled)
     assert all(sorted(first) == sorted(again) for first, again in orders.values()), orders
     with capsys.disabled():  # the state store, not the fetch order, orders these rows
@@ -190,11 +193,8 @@ def test_round_robin_repartition_replayed_with_rows_in_other_tasks_is_repaired(
     restarted = shuffled.run()
 
     assert restarted.returncode == 0, restarted.error
-    assert_exactly_once(shuffled, ids)
-    log = shuffled.open_log()
-    completion, repair = log.completion(1), log.repair(1, 1)
-    assert completion is not None and repair is not None
-    assert len(completion.lost) == len(repair.repaired) == 2 and repair.refused == ()
+    completion, repair = assert_repaired(shuffled, ids)
+    assert len(completion.lost) == 2
     # No replayed task holds a lost one's records: the rows moved between tasks.
     lost_digests = {x.digest for x in completion.lost}
     assert not lost_digests & {p.digest for p in repair.participants}, lost_digests
