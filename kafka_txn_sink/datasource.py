@@ -132,7 +132,9 @@ def _refuse_a_repeating_zone(options: SinkOptions, schema: StructType) -> None:
     """
     if stream_writer_class() is not KafkaTxnStreamWriter or not _has_instants(schema):
         return
-    if options.files is None and not options.serde.uses_registry:
+    timestamp = next((f for f in schema.fields if f.name.lower() == "timestamp"), None)
+    stamped = timestamp is not None and isinstance(timestamp.dataType, TimestampType)
+    if options.files is None and not options.serde.uses_registry and not stamped:
         return  # records mode writes its columns as bytes: no timestamp is converted
     from kafka_txn_sink.serde.timestamps import repeating_zone_error
 
@@ -160,7 +162,11 @@ def _plan(
     """Check the input schema against each output, resolve the record formats' schema ids
     (before any transaction opens), then `start` the batch: the tasks' plan."""
     encoded = [f.column for f in options.serde.fields()]
-    columns = plan_columns(schema, options.topic, encoded) if options.records_mode else None
+    columns = (
+        plan_columns(schema, options.topic, encoded, options.header_columns)
+        if options.records_mode
+        else None
+    )
     files_plan = _plan_files(options, schema)
     encodings = resolve(options.serde, schema, options.topic)
     started = start(options)

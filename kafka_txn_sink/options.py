@@ -114,6 +114,11 @@ WRITE_ID = Option(
     "",
     "in batch writes",
 )
+HEADER_COLUMNS = Option(
+    "headerColumns",
+    "comma-separated string or binary columns, each written as a header of its name after the "
+    "`headers` column's (records mode; a null cell is a header without a value)",
+)
 KAFKA_SETTINGS = Option(
     "kafka.<librdkafka setting>",
     "passed to the producer (e.g. `kafka.linger.ms`, `kafka.compression.type`, SASL/TLS settings)",
@@ -135,6 +140,7 @@ OPTIONS: tuple[Option, ...] = (
     S3_SECRET_ACCESS_KEY,
     S3_PATH_STYLE,
     WRITE_ID,
+    HEADER_COLUMNS,
     KAFKA_SETTINGS,
     *FILES_OPTIONS,
     *SERDE_OPTIONS,
@@ -198,6 +204,7 @@ class SinkOptions:
     write_id: str | None = None  # a batch write's id (option writeId); None in streaming
     serde: SerdeOptions = field(default_factory=SerdeOptions)  # records' key and value formats
     progress: GroupOptions | None = None  # option consumerGroup
+    header_columns: tuple[str, ...] = ()  # option headerColumns
 
     @property
     def records_mode(self) -> bool:
@@ -316,7 +323,12 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         write_id=_write_id(options),
         serde=parse_serde_options(options, raw),
         progress=parse_group_options(options, records_mode=topic is not None or files is None),
+        header_columns=tuple(
+            c.strip() for c in options.get(HEADER_COLUMNS.key, "").split(",") if c.strip()
+        ),
     )
+    if parsed.header_columns and not parsed.records_mode:
+        raise ConfigError(f"option {HEADER_COLUMNS} is for records mode (option {TOPIC})")
     if parsed.serde.uses_registry and not parsed.records_mode:
         raise ConfigError(
             f"options {KEY_FORMAT} and {VALUE_FORMAT} are for records mode (option {TOPIC}); "

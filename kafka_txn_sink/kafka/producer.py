@@ -124,8 +124,10 @@ class TaskTransaction:
         key: bytes | None = None,
         partition: int | None = None,
         headers: list[tuple[str, bytes | None]] | None = None,
+        timestamp_ms: int | None = None,
     ) -> None:
-        """Produce one record into the transaction.
+        """Produce one record into the transaction (with `timestamp_ms`, the record's
+        timestamp; else the producer's clock).
 
         Raises:
             InputError: the record is refused (too large, unknown topic or partition).
@@ -136,6 +138,8 @@ class TaskTransaction:
             extra["partition"] = partition
         if headers:
             extra["headers"] = headers
+        if timestamp_ms is not None:
+            extra["timestamp"] = timestamp_ms
         produce = self._client.produce
         try:
             try:

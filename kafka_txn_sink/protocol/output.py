@@ -30,8 +30,10 @@ class Transaction(Protocol):
         key: bytes | None = None,
         partition: int | None = None,
         headers: Headers | None = None,
+        timestamp_ms: int | None = None,
     ) -> None:
-        """Produce one record into the transaction."""
+        """Produce one record into the transaction (`timestamp_ms`: its timestamp, else the
+        producer's clock)."""
         ...
 
     def send_many(

@@ -32,6 +32,7 @@ class RecordColumns:
     topics: list[str | None] | None
     partitions: list[int | None] | None
     headers: list[Headers | None] | None
+    timestamps: list[int | None] | None = None  # ms since the epoch
 
     def __len__(self) -> int:
         return len(self.values)
@@ -39,7 +40,12 @@ class RecordColumns:
     @property
     def simple(self) -> bool:
         """Only keys and values: every record goes to the default topic, partitioner's choice."""
-        return self.topics is None and self.partitions is None and self.headers is None
+        return (
+            self.topics is None
+            and self.partitions is None
+            and self.headers is None
+            and self.timestamps is None
+        )
 
 
 def record_columns(
@@ -71,7 +77,10 @@ def record_columns(
         partitions=(
             _partitions(batch.column(columns.partition)) if columns.partition is not None else None
         ),
-        headers=_headers(batch.column(columns.headers)) if columns.headers is not None else None,
+        headers=_all_headers(batch, columns),
+        timestamps=(
+            _timestamps(batch.column(columns.timestamp)) if columns.timestamp is not None else None
+        ),
     )
 
 
@@ -110,6 +119,7 @@ def send_batch(
             key=key,
             partition=records.partitions[index] if records.partitions is not None else None,
             headers=records.headers[index] if records.headers is not None else None,
+            timestamp_ms=records.timestamps[index] if records.timestamps is not None else None,
         )
 
 
@@ -125,6 +135,33 @@ def _partitions(array: pa.Array) -> list[int | None]:
         raise InputError(f"column partition holds {array.type}, not int")
     partitions: list[int | None] = array.to_pylist()
     return partitions
+
+
+def _timestamps(array: pa.Array) -> list[int | None]:
+    """A timestamp column (an instant: Spark hands it with its session's zone) in ms since the
+    epoch, truncated towards the past as Kafka's record timestamps are ms."""
+    kind = array.type
+    if not pa.types.is_timestamp(kind):
+        raise InputError(f"column timestamp holds {kind}, not timestamp")
+    per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[kind.unit]
+    counts: list[int | None] = array.cast(pa.int64()).to_pylist()
+    if per_ms is None:
+        return [None if c is None else c * 1000 for c in counts]
+    return [None if c is None else c // per_ms for c in counts]
+
+
+def _all_headers(batch: pa.RecordBatch, columns: Columns) -> list[Headers | None] | None:
+    """Each record's headers: the `headers` column's, then one per column of option
+    headerColumns, named as the option names it (None: no header at all)."""
+    given = _headers(batch.column(columns.headers)) if columns.headers is not None else None
+    if not columns.header_columns:
+        return given
+    named = [(name, bytes_list(batch.column(i), name)) for name, i in columns.header_columns]
+    rows = range(batch.num_rows)
+    return [
+        [*((given[row] or []) if given is not None else []), *((n, c[row]) for n, c in named)]
+        for row in rows
+    ]
 
 
 def _headers(array: pa.Array) -> list[Headers | None]:

@@ -1,9 +1,13 @@
-"""The input columns of records mode, as Spark's own Kafka sink reads them.
+"""The input columns of records mode, as Spark's own Kafka sink reads them, and two more.
 
 `value` (string or binary, required), `key` (string or binary), `topic` (string), `partition`
-(int) and `headers` (array<struct<key: string, value: binary>>) are used; other columns are
-ignored, as Spark's sink does. Option `topic` wins over a `topic` column, as in Spark's sink
-(its KafkaWriter.topicExpression): with the option, the column is not read at all.
+(int) and `headers` (array<struct<key: string, value: binary>>) are used as Spark's sink uses
+them; other columns are ignored, as Spark's sink does. Option `topic` wins over a `topic`
+column, as in Spark's sink (its KafkaWriter.topicExpression): with the option, the column is not
+read at all. Beyond Spark's sink: a `timestamp` column of type timestamp sets each record's
+timestamp (null: the producer's clock; a column of another type is ignored, as before), and the
+columns option `headerColumns` names (string or binary) become headers of their names, after
+the `headers` column's.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pyspark.sql.types import (
     IntegerType,
     StringType,
     StructType,
+    TimestampType,
 )
 
 from kafka_txn_sink.errors import ConfigError, InputError
@@ -36,20 +41,38 @@ class Columns:
     topic: int | None
     partition: int | None
     headers: int | None
+    timestamp: int | None = None
+    header_columns: tuple[tuple[str, int], ...] = ()  # (header name, position), in option order
+
+    @property
+    def simple(self) -> bool:
+        """Only a key and a value: rows can go to `send_many` (one topic, no record fields)."""
+        return (
+            self.topic is None
+            and self.partition is None
+            and self.headers is None
+            and self.timestamp is None
+            and not self.header_columns
+        )
 
 
 def plan_columns(
-    schema: StructType, default_topic: str | None, encoded: Collection[str] = ()
+    schema: StructType,
+    default_topic: str | None,
+    encoded: Collection[str] = (),
+    header_columns: Sequence[str] = (),
 ) -> Columns:
     """Check the input schema once, on the driver. With option topic (`default_topic`) a
     `topic` column is left unread, whatever its type: the option wins. The `encoded` columns
     (`key`, `value`) are written in a registry format (serde/), so they may have any type.
+    `header_columns` are option headerColumns' names.
 
     Raises:
-        InputError: a column has a type the sink cannot write.
+        InputError: a column has a type the sink cannot write, or a header column is missing.
         ConfigError: there is neither a `topic` option nor a `topic` column.
     """
     fields = {f.name.lower(): (i, f.dataType) for i, f in enumerate(schema.fields)}
+    named = _header_columns(fields, header_columns)
     if "value" not in fields:
         raise InputError(
             f"column value is required; the input has "
@@ -69,13 +92,36 @@ def plan_columns(
         )
     if default_topic is None and "topic" not in fields:
         raise ConfigError("option topic is required when the input has no topic column")
+    timestamp = fields.get("timestamp")
     return Columns(
         value=fields["value"][0],
         key=_position(fields, "key"),
         topic=_position(fields, "topic"),
         partition=_position(fields, "partition"),
         headers=_position(fields, "headers"),
+        timestamp=timestamp[0] if timestamp and isinstance(timestamp[1], TimestampType) else None,
+        header_columns=named,
     )
+
+
+def _header_columns(
+    fields: dict[str, tuple[int, DataType]], names: Sequence[str]
+) -> tuple[tuple[str, int], ...]:
+    named = []
+    for name in names:
+        found = fields.get(name.lower())
+        if found is None:
+            raise InputError(
+                f"option headerColumns names column {name}, which the input does not have "
+                f"(it has {', '.join(sorted(fields)) or 'no columns'})"
+            )
+        if not isinstance(found[1], _BYTES_TYPES):
+            raise InputError(
+                f"column {name} of option headerColumns must be string or binary, found "
+                f"{found[1].simpleString()}"
+            )
+        named.append((name, found[0]))
+    return tuple(named)
 
 
 @dataclass(frozen=True)

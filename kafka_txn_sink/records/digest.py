@@ -59,12 +59,16 @@ class DigestingTransaction:
         key: bytes | None = None,
         partition: int | None = None,
         headers: Headers | None = None,
+        timestamp_ms: int | None = None,
     ) -> None:
-        """Produce one record into the transaction, and digest it."""
-        self._txn.send(topic, value, key, partition, headers)
+        """Produce one record into the transaction, and digest it (its timestamp too, when
+        the row gives one: a replay of the same rows gives the same)."""
+        self._txn.send(topic, value, key, partition, headers, timestamp_ms)
         seed = _key_seed(key, self._topic_seed(topic))
         if partition is not None or headers:
             seed = _hash64(repr((partition, headers)).encode(), seed)
+        if timestamp_ms is not None:
+            seed = _hash64(timestamp_ms.to_bytes(8, "big", signed=True), seed)
         self._count += 1
         self._sum += _value_hash(value, seed)
 

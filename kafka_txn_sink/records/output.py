@@ -9,6 +9,7 @@ reads them (option `topic` wins over the column; no row goes to files mode's ref
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pyarrow as pa
@@ -16,10 +17,14 @@ import pyarrow as pa
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.protocol.output import Transaction
 from kafka_txn_sink.records.arrow import record_columns, send_batch
-from kafka_txn_sink.records.columns import Columns, Routing, as_headers, bytes_cells
+from kafka_txn_sink.records.columns import Columns, Routing, as_bytes, as_headers, bytes_cells
 from kafka_txn_sink.records.digest import DigestingTransaction
 from kafka_txn_sink.serde.encode import Encoders
 from kafka_txn_sink.serde.resolve import Encodings
+from kafka_txn_sink.serde.timestamps import instant_converter
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+MILLISECOND = timedelta(milliseconds=1)
 
 
 class RecordsOutput:
@@ -39,8 +44,8 @@ class RecordsOutput:
         self._columns = columns
         self._encoders = Encoders(encodings)
         self._routing = Routing(default_topic, reserved_topic)
-        simple = columns.topic is None and columns.partition is None and columns.headers is None
-        self._bulk_topic = default_topic if simple else None
+        self._bulk_topic = default_topic if columns.simple else None
+        self._instant = instant_converter(from_row_writer=True) if columns.timestamp else None
         self._rows = 0  # rows taken so far: a failing row's position in the task's input
 
     def add_rows(self, rows: Sequence[Any]) -> None:
@@ -100,10 +105,22 @@ class RecordsOutput:
         topic = self._routing.topic_of(
             row[cols.topic] if cols.topic is not None else None, position, key
         )
+        headers = as_headers(row[cols.headers]) if cols.headers is not None else None
+        if cols.header_columns:
+            named = [(n, as_bytes(row[i], n)) for n, i in cols.header_columns]
+            headers = [*(headers or []), *named]
         self._txn.send(
             topic,
             value=self._cells([row[cols.value]], "value", position)[0],
             key=key,
             partition=row[cols.partition] if cols.partition is not None else None,
-            headers=as_headers(row[cols.headers]) if cols.headers is not None else None,
+            headers=headers,
+            timestamp_ms=self._timestamp_ms(row),
         )
+
+    def _timestamp_ms(self, row: Any) -> int | None:
+        """The row's `timestamp` cell in ms since the epoch (None: the producer's clock)."""
+        cell = row[self._columns.timestamp] if self._instant is not None else None
+        if cell is None or self._instant is None:
+            return None
+        return (self._instant(cell) - EPOCH) // MILLISECOND

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
@@ -16,6 +17,7 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
+    TimestampType,
 )
 
 from kafka_txn_sink.errors import InputError
@@ -35,6 +37,7 @@ class FakeTxn:
         default_factory=list
     )
     bulk_calls: int = 0
+    stamps: list[int | None] = field(default_factory=list)
 
     def send(
         self,
@@ -43,8 +46,10 @@ class FakeTxn:
         key: bytes | None = None,
         partition: int | None = None,
         headers: Any = None,
+        timestamp_ms: int | None = None,
     ) -> None:
         self.sent.append((topic, value, key, partition, headers))
+        self.stamps.append(timestamp_ms)
 
     def send_many(
         self, topic: str, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None
@@ -147,3 +152,61 @@ def test_the_arrow_writer_sends_each_batch_and_skips_empty_ones() -> None:
 
     assert [s[1] for s in txn.sent] == [b"a", b"b", b"c"]
     assert txn.bulk_calls == 2
+
+
+STAMPED = StructType(
+    [
+        StructField("value", StringType()),
+        StructField("timestamp", TimestampType()),
+        StructField("headers", HEADERS),
+        StructField("trace", StringType()),
+        StructField("origin", BinaryType()),
+    ]
+)
+
+
+def test_a_timestamp_column_and_header_columns_reach_each_record_on_both_paths() -> None:
+    """The `timestamp` column sets each record's timestamp in ms (null: the producer's clock);
+    option headerColumns' columns become headers after the `headers` column's, in the option's
+    order, named as the option names them; the Arrow batch and the row writer's rows agree."""
+    at = datetime(2026, 3, 8, 6, 30, 0, 123456, tzinfo=timezone.utc)
+    headers_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    batch = pa.record_batch(
+        [
+            pa.array(["a", "b"]),
+            pa.array([at, None], pa.timestamp("us", tz="America/New_York")),
+            pa.array([[{"key": "h", "value": b"1"}], None], headers_type),
+            pa.array(["00-abc-01", None]),
+            pa.array([b"src", b"src2"]),
+        ],
+        names=["value", "timestamp", "headers", "trace", "origin"],
+    )
+    columns = plan_columns(STAMPED, "out", header_columns=["Trace", "origin"])
+    from_arrow, from_rows = FakeTxn(), FakeTxn()
+
+    send_batch(from_arrow, record_columns(batch, columns), Routing("out"))
+    RecordsOutput(from_rows, columns, "out").add_rows(
+        [("a", at.astimezone().replace(tzinfo=None), [("h", b"1")], "00-abc-01", b"src"),
+         ("b", None, None, None, bytearray(b"src2"))]
+    )  # fmt: skip
+
+    millis = 1772951400123  # 2026-03-08T06:30:00.123Z
+    for txn in (from_arrow, from_rows):
+        assert txn.bulk_calls == 0
+        assert txn.stamps == [millis, None]
+        assert [s[4] for s in txn.sent] == [
+            [("h", b"1"), ("Trace", b"00-abc-01"), ("origin", b"src")],
+            [("Trace", None), ("origin", b"src2")],
+        ]
+
+
+def test_a_timestamp_column_of_another_type_is_ignored_and_a_header_column_checked() -> None:
+    schema = StructType(
+        [StructField("value", StringType()), StructField("timestamp", IntegerType())]
+    )
+    assert plan_columns(schema, "out").timestamp is None
+    assert plan_columns(schema, "out").simple
+    with pytest.raises(InputError, match="option headerColumns names column trace, which"):
+        plan_columns(schema, "out", header_columns=["trace"])
+    with pytest.raises(InputError, match="column timestamp of option headerColumns must be"):
+        plan_columns(schema, "out", header_columns=["timestamp"])

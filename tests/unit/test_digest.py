@@ -23,6 +23,7 @@ class Sink:
         key: bytes | None = None,
         partition: int | None = None,
         headers: list[tuple[str, bytes | None]] | None = None,
+        timestamp_ms: int | None = None,
     ) -> None:
         self.records.append((topic, value, key, partition, headers))
 
@@ -123,16 +124,18 @@ def test_other_records_have_another_digest() -> None:
     )
 
 
-def test_topics_partitions_and_headers_count() -> None:
-    def one(topic: str, partition: int | None, headers: Any) -> str:
+def test_topics_partitions_headers_and_timestamps_count() -> None:
+    def one(topic: str, partition: int | None, headers: Any, stamp: int | None = None) -> str:
         txn = DigestingTransaction(Sink())
-        txn.send(topic, b"v", b"k", partition, headers)
+        txn.send(topic, b"v", b"k", partition, headers, stamp)
         return txn.digest()
 
     plain = one("out", None, None)
     assert one("out2", None, None) != plain
     assert one("out", 1, None) != plain
     assert one("out", None, [("h", b"1")]) != plain
+    assert one("out", None, None, 1772951400123) != plain
+    assert one("out", None, None, 1772951400123) != one("out", None, None, 1772951400124)
 
 
 def test_records_without_keys_and_empty_values_digest_alike_on_both_paths() -> None:

@@ -61,6 +61,7 @@ class FakeTxn:
         key: bytes | None = None,
         partition: int | None = None,
         headers: Headers | None = None,
+        timestamp_ms: int | None = None,
     ) -> None:
         self.sent.append((topic, value, key))
 
