@@ -1,0 +1,68 @@
+"""What a record carries beyond its key and value, as a consumer reads it: the timestamp a
+`timestamp` column sets, and the headers option headerColumns makes of named columns, on both
+Spark lines (the row writer of 4.0, the Arrow writer of 4.3)."""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+
+import pytest
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, TopicPartition
+
+from tests.e2e.conftest import on_both_spark_lines
+from tests.e2e.harness import Pipeline, assert_exactly_once, produce_ids
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+N = 300
+BASE_MS = 1_772_951_400_123  # 2026-03-08T06:30:00.123Z: the day New York's clocks move
+
+
+def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes, int, list]]:
+    """(key, (timestamp type, ms), headers) of every committed record of `topic`."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"fields-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        seen = []
+        for _ in range(60):
+            for message in consumer.consume(500, timeout=1.0):
+                if message.error() is None:
+                    seen.append((message.key(), message.timestamp(), message.headers() or []))
+            if len(seen) >= N:
+                break
+        return seen
+    finally:
+        consumer.close()
+
+
+@on_both_spark_lines
+def test_the_timestamp_column_and_header_columns_reach_the_consumer(pipeline: Pipeline) -> None:
+    pipeline.select = [
+        "key",
+        "value",
+        f"timestamp_millis({BASE_MS} + crc32(key)) AS timestamp",
+        "concat('t-', CAST(key AS STRING)) AS trace",
+        "CASE WHEN crc32(key) % 2 = 0 THEN NULL ELSE key END AS origin",
+    ]
+    pipeline.options["headerColumns"] = "trace,origin"
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
+
+    outcome = pipeline.run()
+
+    assert outcome.returncode == 0, outcome.error
+    assert_exactly_once(pipeline, ids)
+    seen = read_all(pipeline.bootstrap, pipeline.output, 3)
+    assert len(seen) == N
+    for key, (kind, millis), headers in seen:
+        assert key is not None
+        assert (kind, millis) == (TIMESTAMP_CREATE_TIME, BASE_MS + zlib.crc32(key)), key
+        origin = None if zlib.crc32(key) % 2 == 0 else key
+        assert headers == [("trace", b"t-" + key), ("origin", origin)], key
