@@ -43,6 +43,12 @@ from kafka_txn_sink.serde.options import (
     parse_serde_options,
 )
 from kafka_txn_sink.storage import S3Settings
+from kafka_txn_sink.topic_options import (
+    TOPIC_CONFIG_PREFIX,
+    TOPIC_OPTIONS,
+    TopicCreation,
+    parse_topic_options,
+)
 
 # -- the sink -----------------------------------------------------------------------------------
 BOOTSTRAP = Option(
@@ -145,6 +151,7 @@ OPTIONS: tuple[Option, ...] = (
     *FILES_OPTIONS,
     *SERDE_OPTIONS,
     *GROUP_OPTIONS,
+    *TOPIC_OPTIONS,
 )
 
 KAFKA_PREFIX = "kafka."
@@ -177,7 +184,9 @@ _SPARK_OPTIONS = frozenset(
         "queryname",
     }
 )
-_KNOWN = frozenset(o.key for o in OPTIONS if o not in (KAFKA_SETTINGS, REGISTRY_SETTINGS))
+_KNOWN = frozenset(
+    o.key for o in OPTIONS if o not in (KAFKA_SETTINGS, REGISTRY_SETTINGS, TOPIC_OPTIONS[-1])
+)
 _KNOWN |= _SPARK_OPTIONS
 
 MIN_TRANSACTION_TIMEOUT_MS = 1_000
@@ -205,6 +214,7 @@ class SinkOptions:
     serde: SerdeOptions = field(default_factory=SerdeOptions)  # records' key and value formats
     progress: GroupOptions | None = None  # option consumerGroup
     header_columns: tuple[str, ...] = ()  # option headerColumns
+    create_topics: TopicCreation | None = None  # option createTopics
 
     @property
     def records_mode(self) -> bool:
@@ -326,6 +336,7 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         header_columns=tuple(
             c.strip() for c in options.get(HEADER_COLUMNS.key, "").split(",") if c.strip()
         ),
+        create_topics=parse_topic_options(options),
     )
     if parsed.header_columns and not parsed.records_mode:
         raise ConfigError(f"option {HEADER_COLUMNS} is for records mode (option {TOPIC})")
@@ -381,7 +392,10 @@ def _reject_unknown(options: Mapping[str, str], originals: Mapping[str, str]) ->
     unknown = sorted(
         originals[k]
         for k in options
-        if k not in _KNOWN and not k.startswith((KAFKA_PREFIX, REGISTRY_PREFIX, GROUP_KAFKA_PREFIX))
+        if k not in _KNOWN
+        and not k.startswith(
+            (KAFKA_PREFIX, REGISTRY_PREFIX, GROUP_KAFKA_PREFIX, TOPIC_CONFIG_PREFIX)
+        )
     )
     if unknown:
         raise ConfigError(

@@ -8,7 +8,7 @@ No Kafka client is imported here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -115,4 +115,14 @@ class ClusterFacts(FateProbe, Protocol):
 
     def cached_max_transaction_timeout_ms(self) -> int:
         """The brokers' transaction.max.timeout.ms (remembered for a while)."""
+        ...
+
+    def topic_partitions(self, topic: str) -> int | None:
+        """The partition count of `topic`, None if it does not exist."""
+        ...
+
+    def create_topic(
+        self, topic: str, partitions: int, replication_factor: int, config: Mapping[str, str]
+    ) -> int | None:
+        """Create `topic`; the partition count of the one that exists instead, else None."""
         ...

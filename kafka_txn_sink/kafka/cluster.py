@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from kafka_txn_sink.errors import KafkaUnavailableError
 from kafka_txn_sink.kafka.admin_api import FateAnswer
@@ -119,6 +119,38 @@ class Cluster:
         with self._facts_lock:
             self._max_timeout = (time.monotonic(), value)
         return value
+
+    def create_topic(
+        self, topic: str, partitions: int, replication_factor: int, config: Mapping[str, str]
+    ) -> int | None:
+        """Create `topic` (-1: the brokers' default); the partition count of the topic that
+        already exists instead, None once created.
+
+        Raises:
+            PermissionDeniedError: the sink may not create it (Create on the topic).
+            KafkaUnavailableError: the brokers refused it otherwise, or did not answer.
+        """
+        wanted = NewTopic(
+            topic,
+            num_partitions=partitions,
+            replication_factor=replication_factor,
+            config=dict(config),
+        )
+        future = self._admin.create_topics([wanted], request_timeout=self._timeout_s)[topic]
+        try:
+            future.result(timeout=self._timeout_s)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return self.topic_partitions(topic)
+            step = f"creating topic {topic} (option createTopics)"
+            denial = refused(
+                error.code(), error.str(), self._kafka, step, topic_permission("Create", topic)
+            )
+            raise denial or KafkaUnavailableError(f"{step} failed: {error.str()}") from exc
+        except TimeoutError as exc:
+            raise KafkaUnavailableError(f"creating topic {topic}: no answer in time") from exc
+        return None
 
     def topic_partitions(self, topic: str) -> int | None:
         """Number of partitions of `topic`, None if it does not exist."""

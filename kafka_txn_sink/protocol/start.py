@@ -57,6 +57,7 @@ from kafka_txn_sink.protocol.runs import RunRef, check_current, release, take_ov
 from kafka_txn_sink.protocol.session import DriverSession, driver_session, shared_cluster_of
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.storage import open_storage
+from kafka_txn_sink.topic_options import TopicCreation
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +309,8 @@ def check_margin(options: SinkOptions) -> None:
 def _resolve_timeout(options: SinkOptions, cluster: ClusterFacts | None) -> SinkOptions:
     if cluster is None:
         cluster = shared_cluster_of(options)
+    if options.create_topics is not None:
+        _create_topics(options, options.create_topics, cluster)
     if options.topic is not None and not cluster.topic_exists(options.topic):
         raise ConfigError(f"topic {options.topic!r} (option {TOPIC}) does not exist on the cluster")
     refs = options.files.references_topic if options.files is not None else None
@@ -390,3 +393,30 @@ def _probe_storage(options: SinkOptions) -> None:
     probe = getattr(storage, "probe_conditional_writes", None)
     if probe is not None:
         probe()
+
+
+def _create_topics(options: SinkOptions, how: TopicCreation, cluster: ClusterFacts) -> None:
+    """Option createTopics: create option topic and referencesTopic when missing, before any
+    transaction opens; leave an existing one as it is (a warning when its partition count is
+    not the one asked for).
+
+    Raises:
+        PermissionDeniedError: the sink may not create a missing topic (Create on it).
+    """
+    refs = options.files.references_topic if options.files is not None else None
+    for topic in (t for t in (options.topic, refs) if t is not None):
+        if cluster.topic_exists(topic):
+            found = cluster.topic_partitions(topic)
+        else:
+            found = cluster.create_topic(topic, how.partitions, how.replication_factor, how.config)
+            if found is None:
+                log.info("created topic %s (option createTopics)", topic)
+                continue
+        if how.partitions > 0 and found is not None and found != how.partitions:
+            log.warning(
+                "topic %s exists with %d partitions, not the %d of option "
+                "createTopics.partitions: left as it is",
+                topic,
+                found,
+                how.partitions,
+            )

@@ -274,3 +274,19 @@ def test_a_wrong_password_says_authentication_failed_and_names_the_mechanism(
     assert re.search(rf"authentication failed \(SASL SCRAM-SHA-512 as User:{sink.user.name}",
                      message), message  # fmt: skip
     assert "not-the-password" not in message and PASSWORD not in message
+
+
+def test_create_topics_without_create_on_the_topic_says_so(broker: SecuredKafkaBroker) -> None:
+    """Option createTopics: the driver creates a missing topic at the start, which needs Create
+    on it; without it the start names that permission, and nothing is created."""
+    sink = new_sink(broker)
+    missing = f"{sink.topic}_new"
+    # The README's ACLs on the topic to be (Write and Read imply Describe), not Create.
+    broker.allow(sink.user.principal, "TOPIC", missing, ["WRITE", "READ"])
+    options = sink.options(createTopics="true", topic=missing)
+
+    with pytest.raises(PermissionDeniedError) as caught:
+        resolve_against_cluster(options, sink.cluster())
+
+    assert_names(caught.value, "Create", f"topic '{missing}'", sink)
+    assert sink.cluster().topic_partitions(missing) is None
