@@ -29,7 +29,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from kafka_txn_sink.kafka import producer as producer_module
+from kafka_txn_sink.kafka import deliveries as deliveries_module
 from kafka_txn_sink.kafka.producer import STATS_INTERVAL_MS, TaskTransaction, producer_config
 from kafka_txn_sink.testing.kafka_broker import create_topic
 
@@ -120,15 +120,15 @@ def prepare_side_by_side(
     bootstrap: str, topic: str, partitions: int, rounds: int
 ) -> tuple[float, float]:
     """Median prepare() ms reading samples whole, and through `eos_of`; rounds alternated."""
-    new_way = producer_module.eos_of
+    new_way = deliveries_module.eos_of
     times: dict[bool, list[float]] = {False: [], True: []}
     try:
         for round_no in range(rounds):
             for use_new in (round_no % 2 == 0, round_no % 2 == 1):
-                producer_module.eos_of = new_way if use_new else whole
+                deliveries_module.eos_of = new_way if use_new else whole
                 times[use_new].append(prepare_ms(bootstrap, topic, partitions))
     finally:
-        producer_module.eos_of = new_way
+        deliveries_module.eos_of = new_way
     return statistics.median(times[False]), statistics.median(times[True])
 
 
@@ -152,7 +152,7 @@ def main() -> int:
         on = idle_cpu_ms_per_s(bootstrap, topic, partitions, stats=True)
         raw = one_sample(bootstrap, topic, partitions)
         old_parse = parse_ms(whole, raw)
-        new_parse = parse_ms(producer_module.eos_of, raw)
+        new_parse = parse_ms(deliveries_module.eos_of, raw)
         old_prepare, new_prepare = prepare_side_by_side(
             bootstrap, topic, partitions, options.rounds
         )

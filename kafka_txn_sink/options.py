@@ -1,7 +1,9 @@
 """The sink's options: one table, from which parsing, defaults, errors and the README come.
 
-Every option the sink takes is an `Option` below; its name is spelled nowhere else (error
-messages format the `Option`, and `python -m kafka_txn_sink.options` prints the README's tables).
+Every option the sink takes is an `Option` in `OPTIONS` below (the sink's own here; files mode's,
+the record formats', consumerGroup's and createTopics' from their modules); its name is spelled
+nowhere else (error messages format the `Option`, and `python -m kafka_txn_sink.options` prints
+the README's tables).
 Options are parsed and validated once, on the driver, into a `SinkOptions` that travels to the
 tasks. Spark hands options over case-insensitively, so names match in any case.
 """

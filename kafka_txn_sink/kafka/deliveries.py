@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, Message
 
 from kafka_txn_sink.protocol.messages import OffsetRanges
 
+# Delivery errors that only say a message was dropped because the transaction had failed.
 PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 
 

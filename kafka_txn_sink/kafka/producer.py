@@ -72,7 +72,6 @@ def producer_config(
     return config
 
 
-# Delivery errors that only say a message was dropped because the transaction had failed.
 @dataclass(frozen=True)
 class Prepared:
     """A flushed, still open transaction: its triple, rows, offsets and when it was prepared."""

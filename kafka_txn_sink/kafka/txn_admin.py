@@ -151,7 +151,8 @@ class TxnAdmin:
             results = _end_split(clients, wanted, commit, deadline, ids)
         for result in results:
             # Refused, the EndTxn did nothing: that is no question of the transaction's fate.
-            if result.error == kafka_errors.TransactionalIdAuthorizationFailedError.__name__:
+            refusal = kafka_errors.TransactionalIdAuthorizationFailedError.__name__
+            if (result.error or "").split(":", 1)[0] == refusal:
                 raise self._refusal(
                     kafka_errors.TransactionalIdAuthorizationFailedError(), "EndTxn", ids
                 )
@@ -185,7 +186,8 @@ class TxnAdmin:
             # then await each. The batched lookup only saves requests: when it times out, each
             # EndTxn looks its coordinator up again and reports its own error by the deadline.
             try:
-                await self._coordinators_of((t.transactional_id for t in chunk), deadline)
+                if time.monotonic() < deadline:
+                    await self._coordinators_of((t.transactional_id for t in chunk), deadline)
             except kafka_errors.KafkaError as exc:
                 if not getattr(exc, "retriable", False):
                     raise  # a refusal names its permission (`_run`)

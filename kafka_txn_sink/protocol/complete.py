@@ -369,7 +369,7 @@ class Settler:
         """
         if answer.fate is Fate.OPEN:
             raise TransactionCompletionError(
-                f"EndTxn(commit) for {triple} failed ({error}) and its fate is not settled yet: "
+                f"EndTxn for {triple} failed ({error}) and its fate is not settled yet: "
                 f"{answer.evidence}; recovery retries on the next batch or restart"
             )
         log.warning(

@@ -226,11 +226,11 @@ class Committer:
         """Close the batch's open round, then abort each prepared transaction that no decision
         holds; never touch a decided one, nor anything while the outcome is unknown.
 
-        With the progress transaction in the output's cluster (option consumerGroup), a round
-        this closes, or a repair's abort, also runs the clean-up: the messages are the tasks'
-        only, and commit() may have left its progress transaction open for a decision or repair
-        whose write got no answer; the clean-up aborts it unless a record holds it (review
-        N8)."""
+        With the progress transaction in the output's cluster (option consumerGroup), abort()
+        also runs the clean-up unless the batch's decision is this run's own: the messages are
+        the tasks' only, and commit() may have left its progress transaction open for a
+        decision or repair whose write got no answer (or whose conflict could not be read);
+        the clean-up aborts it unless a record holds it (review N8)."""
         tasks = [m for m in messages if isinstance(m, TaskCommit)]
         repairing = any(t.level for t in tasks)
         try:
@@ -250,7 +250,8 @@ class Committer:
             self._abort_undecided([t for t in tasks if t.triple not in held], decision)
         else:
             self.abort_prepared(tasks)
-        progress_left = (decision is None or repairing) and self._open_progress_possible()
+        ours = decision is not None and decision.run == self._run.run and not repairing
+        progress_left = not ours and self._open_progress_possible()
         if len(tasks) < len(messages) or not messages or progress_left:
             self._clean_up()
 

@@ -363,7 +363,9 @@ def _abort_txns(world: World, config: Config, driver: Driver) -> Iterator[Step]:
         yield say(driver, text), at_phase(world, driver, Phase.SWEEP_DESCRIBE)
         return
     progress = config.offsets in ("participant", "first") and not config.abort_leaves_progress
-    if put and progress:
+    decided = cl.decisions(world.log, KEYED).get(driver.batch)
+    theirs = decided is not None and decided.run != _run(driver)[0]
+    if (put or theirs) and progress:
         text = f"abort(): {put}aborts its own undecided transactions; then the clean-up"
         yield say(driver, text), at_phase(world, driver, Phase.SWEEP_DESCRIBE)
         return

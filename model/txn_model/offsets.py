@@ -91,7 +91,7 @@ def forget_progress(world: World, driver: Driver) -> tuple[World, Driver]:
     """commit() raises: Spark's abort() runs in another process and gets only the tasks'
     messages, so the progress transaction's triple stays behind. commit() aborts it first (by
     exact triple) unless a record it put lists it: a decision or repair, landed or in doubt
-    (decide.py `_abort_progress`)."""
+    (record.py `record_with_progress`)."""
     mine = [m.triple for m in driver.messages if m.partition == PROGRESS and m.triple]
     if not mine:
         return world, driver

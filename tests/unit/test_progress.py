@@ -279,6 +279,26 @@ def test_a_decision_in_doubt_keeps_its_progress_open(
     assert gdriver.txn_admin.order == []  # it may still land, holding the progress
 
 
+def test_abort_after_a_decision_in_doubt_ends_the_progress_transaction(
+    gdriver: GroupDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review N8: Spark's abort() gets the tasks' messages only; once its abort record holds
+    the round, its clean-up aborts the progress transaction commit() left open."""
+
+    def no_answer(_: Decision) -> None:
+        raise DecisionInDoubtError("the write timed out")
+
+    monkeypatch.setattr(gdriver.committer, "_put_decision", no_answer)
+    task = _task(gdriver, 0)
+    with pytest.raises(DecisionInDoubtError):
+        gdriver.committer.commit([task], 0)
+
+    gdriver.committer.abort([task], 0)
+
+    assert f"abort {progress_id(SINK, slot=0)}" in gdriver.txn_admin.order
+    assert f"abort {task.prepared_triple.transactional_id}" in gdriver.txn_admin.order
+
+
 def test_the_replay_repairs_a_lost_progress_with_a_new_one(gdriver: GroupDriver) -> None:
     task = _task(gdriver, 0)
     gdriver.txn_admin.failing[Triple(progress_id(SINK, slot=0), 900, 0)] = "ProducerFencedError"
