@@ -56,6 +56,7 @@ from kafka_txn_sink.protocol.recover import (
     sink_holdings,
 )
 from kafka_txn_sink.protocol.repair import batch_levels
+from kafka_txn_sink.protocol.stuck import HeldBack, held_back
 
 if TYPE_CHECKING:
     from kafka_txn_sink.files.republish import Republisher
@@ -132,6 +133,8 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         incomplete = [d.batch_id for d in incomplete_decisions(commit_log)]
         now = now_ms()
         holdings = sink_holdings(sink_id, commit_log, txn_admin)
+    cluster = Cluster(args.bootstrap, kafka_settings(args), args.timeout_ms)
+    held = held_back(holdings.open, cluster)
     payload = {
         "sink_id": sink_id,
         "log": commit_log.uri,
@@ -141,6 +144,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         "incomplete": incomplete,
         "last_batch_repairs": _repairs_json(commit_log, latest),
         "open_transactions": [_open_json(t, holdings, now) for t in holdings.open],
+        "held_back": [_held_json(h, now) for h in held if h.behind],
     }
     out.emit(payload, _render_status)
     return OK
@@ -191,6 +195,21 @@ def _txn_json(state: TxnState, held: Mapping[Triple, int], now: int) -> Payload:
         "age_s": age_s(state.start_ms, now),
         "timeout_ms": state.timeout_ms,
         "held_by_batch": held.get(state.triple),
+        "partitions": [f"{topic}-{partition}" for topic, partition in state.partitions],
+    }
+
+
+def _held_json(held: HeldBack, now: int) -> Payload:
+    """A partition whose read_committed consumers an open transaction of the sink holds back."""
+    return {
+        "topic": held.topic,
+        "partition": held.partition,
+        "high_watermark": held.high_watermark,
+        "last_stable_offset": held.last_stable,
+        "behind": held.behind,
+        "since_ms": held.since_ms,
+        "age_s": age_s(held.since_ms, now),
+        "transactional_ids": list(held.transactional_ids),
     }
 
 
@@ -237,6 +256,25 @@ def _render_status(payload: Payload, console: Console) -> None:
     console.print(summary)
     if payload["open_transactions"]:
         _print_transactions(console, payload["open_transactions"], "open transactions")
+    if payload["held_back"]:
+        console.print(_held_table(payload["held_back"]))
+
+
+def _held_table(rows: Sequence[Payload]) -> Table:
+    title = "partitions held back (read_committed consumers stop at the last stable offset)"
+    table = Table(title=title, title_justify="left")
+    for name in ("partition", "high watermark", "last stable", "behind", "since", "by"):
+        table.add_column(name)
+    for row in rows:
+        table.add_row(
+            f"{row['topic']}-{row['partition']}",
+            str(row["high_watermark"]),
+            str(row["last_stable_offset"]),
+            str(row["behind"]),
+            f"{iso(row['since_ms'])} ({row['age_s']} s ago)",
+            ", ".join(row["transactional_ids"]),
+        )
+    return table
 
 
 def _transactions_table(rows: Sequence[Payload], title: str) -> Table:

@@ -29,6 +29,7 @@ class TxnState:
     producer_epoch: int = -1
     timeout_ms: int = 0
     start_ms: int = -1
+    partitions: tuple[tuple[str, int], ...] = ()  # what the open transaction wrote to
 
     @property
     def triple(self) -> Triple:

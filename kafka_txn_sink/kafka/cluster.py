@@ -264,15 +264,16 @@ class Cluster:
                 raise denial or KafkaUnavailableError(f"{step} failed: {error.str()}") from exc
             raise group_error(exc, group, self._kafka, step, "Read") from exc
 
-    def log_ends(self, offsets: GroupOffsets) -> GroupOffsets:
-        """The end offset of each partition `offsets` names, on this cluster.
+    def log_ends(self, offsets: GroupOffsets, stable: bool = False) -> GroupOffsets:
+        """The end offset of each partition `offsets` names, on this cluster (with `stable`, the
+        last stable offset: what a read_committed consumer can read up to).
 
         Raises:
             PermissionDeniedError: the sink may not describe a topic.
             KafkaUnavailableError: an end could not be read.
         """
         try:
-            return log_ends(self._admin, offsets, self._timeout_s)
+            return log_ends(self._admin, offsets, self._timeout_s, stable)
         except GroupRefused as exc:
             step = f"reading the end offsets of {', '.join(sorted(offsets))}"
             error = exc.error

@@ -18,7 +18,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 import kafka.errors as kafka_errors
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from kafka_txn_sink.errors import KafkaTxnSinkError, KafkaUnavailableError
@@ -151,9 +151,12 @@ def progress_fate(client: TxnAdmin, progress: GroupProgress, timeout_s: float) -
     return FateAnswer(Fate.COMMITTED, f"group {progress.group} holds the batch's end offsets")
 
 
-def log_ends(admin: AdminClient, offsets: GroupOffsets, timeout_s: float) -> GroupOffsets:
-    """The end offset (high watermark) of each partition `offsets` names, asked again while a
-    partition's leader moves (or is not known yet, on a new topic), up to `timeout_s`.
+def log_ends(
+    admin: AdminClient, offsets: GroupOffsets, timeout_s: float, stable: bool = False
+) -> GroupOffsets:
+    """The end offset (high watermark; with `stable`, the last stable offset, below which no
+    transaction is open) of each partition `offsets` names, asked again while a partition's
+    leader moves (or is not known yet, on a new topic), up to `timeout_s`.
 
     Raises:
         GroupRefused: a partition's end could not be read.
@@ -167,7 +170,9 @@ def log_ends(admin: AdminClient, offsets: GroupOffsets, timeout_s: float) -> Gro
     def ask() -> GroupOffsets:
         ends: GroupOffsets = {}
         try:
-            for tp, future in admin.list_offsets(wanted, request_timeout=timeout_s).items():
+            isolation = IsolationLevel.READ_COMMITTED if stable else IsolationLevel.READ_UNCOMMITTED
+            asked = admin.list_offsets(wanted, isolation_level=isolation, request_timeout=timeout_s)
+            for tp, future in asked.items():
                 ends.setdefault(tp.topic, {})[tp.partition] = _result(future, timeout_s).offset
         except GroupRefused as exc:
             if exc.error.code() in _STALE_LEADER_EPOCH:

@@ -513,6 +513,7 @@ def _state_of(txn: Any) -> TxnState:
         producer_epoch=txn.producer_epoch,
         timeout_ms=txn.transaction_timeout_ms,
         start_ms=txn.transaction_start_time_ms,
+        partitions=tuple(sorted((t.topic, p) for t in txn.topics for p in t.partitions)),
     )
 
 

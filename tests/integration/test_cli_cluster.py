@@ -140,6 +140,35 @@ def test_status_shows_the_sinks_open_transaction_only(
     assert f"{sink.sink_id}_b-0" not in table
 
 
+def test_status_shows_the_partitions_an_open_transaction_holds_back_until_it_ends(
+    sink: Sink, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 41's guard: an open transaction of the sink keeps its partition's last stable
+    offset at its first record, so read_committed consumers stop there; status names the
+    partition, how far it trails the high watermark, since when and by which id. Once the
+    transaction ends, nothing is held back."""
+    opened = prepare(sink, f"{sink.sink_id}-0")
+    firsts = {(t, p): r[0] for t, parts in opened.offsets.items() for p, r in parts.items()}
+    try:
+        before = status(sink, capsys)
+    finally:
+        abort_quietly(sink.bootstrap, opened.triple)
+    cli.main(sink.args("status")[1:])
+    capsys.readouterr()
+    after = status(sink, capsys)
+
+    (txn,) = before["open_transactions"]
+    assert txn["partitions"] == [f"{t}-{p}" for t, p in sorted(firsts)]
+    assert {(h["topic"], h["partition"]) for h in before["held_back"]} == set(firsts)
+    for held in before["held_back"]:
+        first = firsts[(held["topic"], held["partition"])]
+        assert held["last_stable_offset"] == first
+        assert held["behind"] == held["high_watermark"] - first > 0
+        assert held["transactional_ids"] == [f"{sink.sink_id}-0"]
+        assert 0 <= held["age_s"] < 120
+    assert after["open_transactions"] == [] and after["held_back"] == []
+
+
 def test_recover_dry_run_changes_nothing_and_execute_force_aborts(
     sink: Sink, capsys: pytest.CaptureFixture[str]
 ) -> None:
