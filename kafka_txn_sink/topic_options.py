@@ -74,6 +74,10 @@ def _positive(options: Mapping[str, str], option: Option) -> int:
     raw = options.get(option.key, "").strip()
     if not raw:
         return -1
-    if not raw.isdigit() or int(raw) < 1:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
         raise ConfigError(f"option {option} must be a whole number above 0, got {raw!r}")
-    return int(raw)
+    return value

@@ -38,7 +38,7 @@ from kafka_txn_sink.cli.common import (
 )
 from kafka_txn_sink.cli.render import Output, Payload, age_s, iso
 from kafka_txn_sink.commit_log import CommitLog
-from kafka_txn_sink.errors import TransactionCompletionError
+from kafka_txn_sink.errors import KafkaTxnSinkError, TransactionCompletionError
 from kafka_txn_sink.files_options import (
     DEFAULT_SCHEMA_INLINE_MAX_BYTES,
     PATH,
@@ -133,8 +133,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         incomplete = [d.batch_id for d in incomplete_decisions(commit_log)]
         now = now_ms()
         holdings = sink_holdings(sink_id, commit_log, txn_admin)
-    cluster = Cluster(args.bootstrap, kafka_settings(args), args.timeout_ms)
-    held = held_back(holdings.open, cluster)
+    held, held_error = _held_back(args, holdings.open)
     payload = {
         "sink_id": sink_id,
         "log": commit_log.uri,
@@ -145,6 +144,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         "last_batch_repairs": _repairs_json(commit_log, latest),
         "open_transactions": [_open_json(t, holdings, now) for t in holdings.open],
         "held_back": [_held_json(h, now) for h in held if h.behind],
+        "held_back_error": held_error,
     }
     out.emit(payload, _render_status)
     return OK
@@ -197,6 +197,18 @@ def _txn_json(state: TxnState, held: Mapping[Triple, int], now: int) -> Payload:
         "held_by_batch": held.get(state.triple),
         "partitions": [f"{topic}-{partition}" for topic, partition in state.partitions],
     }
+
+
+def _held_back(
+    args: argparse.Namespace, open_: Sequence[TxnState]
+) -> tuple[list[HeldBack], str | None]:
+    """The partitions the open transactions hold back; when their ends cannot be read (a
+    leader down, a topic deleted, no Describe), none and why: status still shows the rest."""
+    try:
+        cluster = Cluster(args.bootstrap, kafka_settings(args), args.timeout_ms)
+        return held_back(open_, cluster), None
+    except KafkaTxnSinkError as exc:
+        return [], str(exc)
 
 
 def _held_json(held: HeldBack, now: int) -> Payload:
@@ -258,6 +270,8 @@ def _render_status(payload: Payload, console: Console) -> None:
         _print_transactions(console, payload["open_transactions"], "open transactions")
     if payload["held_back"]:
         console.print(_held_table(payload["held_back"]))
+    if payload["held_back_error"]:
+        console.print(f"partitions held back: not read ({escape(payload['held_back_error'])})")
 
 
 def _held_table(rows: Sequence[Payload]) -> Table:

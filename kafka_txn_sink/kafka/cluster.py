@@ -12,7 +12,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from kafka_txn_sink.errors import KafkaUnavailableError
+from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
 from kafka_txn_sink.kafka.admin_api import FateAnswer
 from kafka_txn_sink.kafka.client_cache import ClientCache
 from kafka_txn_sink.kafka.fate import ProbeFailed, probe_fate
@@ -52,6 +52,15 @@ def client_config(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int) -> 
         }
     )
     return config
+
+
+# CreateTopics errors that name what was asked: partitions, replication factor, configs, policy.
+_REFUSED_SETTINGS = (
+    KafkaError.INVALID_PARTITIONS,
+    KafkaError.INVALID_REPLICATION_FACTOR,
+    KafkaError.INVALID_CONFIG,
+    KafkaError.POLICY_VIOLATION,
+)
 
 
 class Cluster:
@@ -147,6 +156,11 @@ class Cluster:
             denial = refused(
                 error.code(), error.str(), self._kafka, step, topic_permission("Create", topic)
             )
+            if denial is None and error.code() in _REFUSED_SETTINGS:
+                denial = ConfigError(
+                    f"{step}: the brokers refuse it: {error.str()}; check options "
+                    f"createTopics.partitions, createTopics.replicationFactor and topic.config.*"
+                )
             raise denial or KafkaUnavailableError(f"{step} failed: {error.str()}") from exc
         except TimeoutError as exc:
             raise KafkaUnavailableError(f"creating topic {topic}: no answer in time") from exc

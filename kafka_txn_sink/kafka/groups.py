@@ -170,8 +170,9 @@ def log_ends(
     def ask() -> GroupOffsets:
         ends: GroupOffsets = {}
         try:
-            isolation = IsolationLevel.READ_COMMITTED if stable else IsolationLevel.READ_UNCOMMITTED
-            asked = admin.list_offsets(wanted, isolation_level=isolation, request_timeout=timeout_s)
+            # Without it, the brokers answer the high watermark (READ_UNCOMMITTED).
+            stably = {"isolation_level": IsolationLevel.READ_COMMITTED} if stable else {}
+            asked = admin.list_offsets(wanted, request_timeout=timeout_s, **stably)
             for tp, future in asked.items():
                 ends.setdefault(tp.topic, {})[tp.partition] = _result(future, timeout_s).offset
         except GroupRefused as exc:

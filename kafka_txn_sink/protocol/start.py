@@ -397,26 +397,36 @@ def _probe_storage(options: SinkOptions) -> None:
 
 def _create_topics(options: SinkOptions, how: TopicCreation, cluster: ClusterFacts) -> None:
     """Option createTopics: create option topic and referencesTopic when missing, before any
-    transaction opens; leave an existing one as it is (a warning when its partition count is
-    not the one asked for).
+    transaction opens; leave an existing one as it is (warned once per process when its
+    partition count is not the one asked for).
 
     Raises:
         PermissionDeniedError: the sink may not create a missing topic (Create on it).
+        ConfigError: the brokers refuse the partitions, replication factor or configs asked.
     """
     refs = options.files.references_topic if options.files is not None else None
     for topic in (t for t in (options.topic, refs) if t is not None):
         if cluster.topic_exists(topic):
-            found = cluster.topic_partitions(topic)
-        else:
-            found = cluster.create_topic(topic, how.partitions, how.replication_factor, how.config)
-            if found is None:
-                log.info("created topic %s (option createTopics)", topic)
-                continue
-        if how.partitions > 0 and found is not None and found != how.partitions:
-            log.warning(
-                "topic %s exists with %d partitions, not the %d of option "
-                "createTopics.partitions: left as it is",
-                topic,
-                found,
-                how.partitions,
-            )
+            if how.partitions > 0 and topic not in _WARNED:
+                _warn_if_other_partitions(topic, cluster.topic_partitions(topic), how.partitions)
+            continue
+        found = cluster.create_topic(topic, how.partitions, how.replication_factor, how.config)
+        if found is None:
+            log.info("created topic %s (option createTopics)", topic)
+        elif how.partitions > 0:
+            _warn_if_other_partitions(topic, found, how.partitions)
+
+
+_WARNED: set[str] = set()  # topics whose partition count was warned about in this process
+
+
+def _warn_if_other_partitions(topic: str, found: int | None, wanted: int) -> None:
+    _WARNED.add(topic)
+    if found is not None and found != wanted:
+        log.warning(
+            "topic %s exists with %d partitions, not the %d of option createTopics.partitions: "
+            "left as it is",
+            topic,
+            found,
+            wanted,
+        )

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from kafka_txn_sink.errors import InputError
 from kafka_txn_sink.protocol.output import Transaction
-from kafka_txn_sink.records.columns import Columns, Routing
+from kafka_txn_sink.records.columns import Columns, Routing, checked_timestamp
 from kafka_txn_sink.serde.encode import Encoders
 
 Headers = list[tuple[str, bytes | None]]
@@ -146,8 +146,12 @@ def _timestamps(array: pa.Array) -> list[int | None]:
     per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[kind.unit]
     counts: list[int | None] = array.cast(pa.int64()).to_pylist()
     if per_ms is None:
-        return [None if c is None else c * 1000 for c in counts]
-    return [None if c is None else c // per_ms for c in counts]
+        millis = [None if c is None else c * 1000 for c in counts]
+    else:
+        millis = [None if c is None else c // per_ms for c in counts]
+    earliest = min((m for m in millis if m is not None), default=1)
+    checked_timestamp(earliest)
+    return millis
 
 
 def _all_headers(batch: pa.RecordBatch, columns: Columns) -> list[Headers | None] | None:

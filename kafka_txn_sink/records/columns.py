@@ -187,6 +187,21 @@ def bytes_cells(cells: Sequence[Any], column: str) -> Sequence[bytes | None]:
     return [as_bytes(cell, column) for cell in cells]
 
 
+def checked_timestamp(millis: int) -> int:
+    """A `timestamp` cell in ms since the epoch, as a record's timestamp.
+
+    Raises:
+        InputError: it is not after the epoch: Kafka's record timestamps are positive (-1 means
+            none, and librdkafka writes its own clock for 0).
+    """
+    if millis < 1:
+        raise InputError(
+            f"column timestamp holds {millis} ms since the epoch: a Kafka record's timestamp "
+            f"must be after 1970-01-01T00:00:00Z (null takes the producer's clock)"
+        )
+    return millis
+
+
 def as_headers(value: Any) -> list[tuple[str, bytes | None]] | None:
     """A headers cell as confluent-kafka takes it (None when empty).
 

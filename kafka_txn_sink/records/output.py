@@ -17,7 +17,14 @@ import pyarrow as pa
 from kafka_txn_sink.protocol.messages import FileRef
 from kafka_txn_sink.protocol.output import Transaction
 from kafka_txn_sink.records.arrow import record_columns, send_batch
-from kafka_txn_sink.records.columns import Columns, Routing, as_bytes, as_headers, bytes_cells
+from kafka_txn_sink.records.columns import (
+    Columns,
+    Routing,
+    as_bytes,
+    as_headers,
+    bytes_cells,
+    checked_timestamp,
+)
 from kafka_txn_sink.records.digest import DigestingTransaction
 from kafka_txn_sink.serde.encode import Encoders
 from kafka_txn_sink.serde.resolve import Encodings
@@ -45,7 +52,8 @@ class RecordsOutput:
         self._encoders = Encoders(encodings)
         self._routing = Routing(default_topic, reserved_topic)
         self._bulk_topic = default_topic if columns.simple else None
-        self._instant = instant_converter(from_row_writer=True) if columns.timestamp else None
+        stamped = columns.timestamp is not None
+        self._instant = instant_converter(from_row_writer=True) if stamped else None
         self._rows = 0  # rows taken so far: a failing row's position in the task's input
 
     def add_rows(self, rows: Sequence[Any]) -> None:
@@ -120,7 +128,7 @@ class RecordsOutput:
 
     def _timestamp_ms(self, row: Any) -> int | None:
         """The row's `timestamp` cell in ms since the epoch (None: the producer's clock)."""
-        cell = row[self._columns.timestamp] if self._instant is not None else None
-        if cell is None or self._instant is None:
+        position = self._columns.timestamp
+        if self._instant is None or position is None or row[position] is None:
             return None
-        return (self._instant(cell) - EPOCH) // MILLISECOND
+        return checked_timestamp((self._instant(row[position]) - EPOCH) // MILLISECOND)

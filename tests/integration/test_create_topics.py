@@ -10,6 +10,7 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.kafka.cluster import Cluster
 from kafka_txn_sink.options import parse_options
 from kafka_txn_sink.protocol.start import resolve_against_cluster
@@ -71,3 +72,15 @@ def test_without_create_topics_a_missing_topic_is_still_refused(kafka_bootstrap:
     with pytest.raises(Exception, match=f"topic '{topic}' .*does not exist"):
         resolve_against_cluster(options(kafka_bootstrap, topic), Cluster(kafka_bootstrap, {}))
     assert Cluster(kafka_bootstrap, {}).topic_partitions(topic) is None
+
+
+def test_a_replication_factor_the_brokers_cannot_give_is_a_config_error(
+    kafka_bootstrap: str,
+) -> None:
+    topic = f"ct_{uuid.uuid4().hex[:10]}"
+    asked = options(
+        kafka_bootstrap, topic, createTopics="true", **{"createTopics.replicationFactor": "3"}
+    )
+
+    with pytest.raises(ConfigError, match=r"createTopics\.replicationFactor"):
+        resolve_against_cluster(asked, Cluster(kafka_bootstrap, {}))

@@ -210,3 +210,37 @@ def test_a_timestamp_column_of_another_type_is_ignored_and_a_header_column_check
         plan_columns(schema, "out", header_columns=["trace"])
     with pytest.raises(InputError, match="column timestamp of option headerColumns must be"):
         plan_columns(schema, "out", header_columns=["timestamp"])
+
+
+def test_a_timestamp_column_first_in_the_input_is_used_on_the_row_path() -> None:
+    """Its position is 0 (review: a truth test on the position left it unread)."""
+    schema = StructType(
+        [StructField("timestamp", TimestampType()), StructField("value", BinaryType())]
+    )
+    at = datetime(2024, 1, 1, 12, tzinfo=timezone.utc)
+    txn = FakeTxn()
+
+    RecordsOutput(txn, plan_columns(schema, "out"), "out").add_rows(
+        [(at.astimezone().replace(tzinfo=None), b"v")]
+    )
+
+    assert txn.stamps == [1704110400000]
+
+
+def test_a_timestamp_not_after_the_epoch_is_refused_on_both_paths() -> None:
+    """librdkafka writes its own clock for 0, and -1 reads back as no timestamp."""
+    schema = StructType(
+        [StructField("value", BinaryType()), StructField("timestamp", TimestampType())]
+    )
+    columns = plan_columns(schema, "out")
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    batch = pa.record_batch(
+        [pa.array([b"v"]), pa.array([epoch], pa.timestamp("us", tz="UTC"))],
+        names=["value", "timestamp"],
+    )
+    with pytest.raises(InputError, match="must be after 1970-01-01T00:00:00Z"):
+        record_columns(batch, columns)
+    with pytest.raises(InputError, match="must be after 1970-01-01T00:00:00Z"):
+        RecordsOutput(FakeTxn(), columns, "out").add_rows(
+            [(b"v", epoch.astimezone().replace(tzinfo=None))]
+        )
