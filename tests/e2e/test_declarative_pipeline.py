@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,9 @@ from kafka_txn_sink.testing.spark_cluster import spark_home
 from tests.e2e.conftest import SparkLine
 from tests.e2e.harness import Pipeline, assert_exactly_once, kill_group, produce_ids
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+# One worker runs them one after another: spark-pipelines starts its Spark Connect server on
+# the default port (15002), so two runs at once on one machine collide.
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.xdist_group("spark_pipelines")]
 
 N = 500  # batch 0 of 400 rows (maxOffsetsPerTrigger), batch 1 of 100
 SPEC = """name: ids
@@ -88,24 +91,45 @@ def start(
         **failpoints.environment(failpoint_spec, pipeline.signals, max_s=300),
     }
     command = [str(venv / "spark-pipelines"), "run", "--conf", f"spark.jars={line.jars}", *args]
+    # Into a file: a pipe nobody reads while the run waits at a failpoint would fill and stop it.
+    output = (pipeline.workdir / "spark-pipelines.log").open("a")
     return subprocess.Popen(
         command,
         cwd=project(pipeline),
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=output,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
     )
 
 
-def finished(process: subprocess.Popen[str], timeout_s: float = 420) -> tuple[int, str]:
+def output_of(pipeline: Pipeline) -> str:
+    return (pipeline.workdir / "spark-pipelines.log").read_text(errors="replace")
+
+
+def wait_reached(pipeline: Pipeline, name: str, process: subprocess.Popen[str]) -> None:
+    """Until failpoint `name` is reached; the run's output when it ends or never gets there."""
+    deadline = time.monotonic() + 300
+    while not failpoints.reached(pipeline.signals, name):
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended before {name}:\n{output_of(pipeline)[-4000:]}")
+        if time.monotonic() > deadline:
+            kill_group(process)
+            raise AssertionError(f"{name} not reached:\n{output_of(pipeline)[-4000:]}")
+        time.sleep(0.2)
+
+
+def finished(
+    pipeline: Pipeline, process: subprocess.Popen[str], timeout_s: float = 420
+) -> tuple[int, str]:
+    """The run's exit code and its output so far (every run of the test's project)."""
     try:
-        out, _ = process.communicate(timeout=timeout_s)
+        process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         kill_group(process)
         raise
-    return process.returncode, out
+    return process.returncode, output_of(pipeline)
 
 
 def test_a_pipeline_killed_after_a_decision_and_run_again_writes_every_id_once(
@@ -113,10 +137,12 @@ def test_a_pipeline_killed_after_a_decision_and_run_again_writes_every_id_once(
 ) -> None:
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
     process = start(pipeline, spark_newest, failpoint_spec="driver.after_decision=block@1")
-    pipeline.wait_reached("driver.after_decision", process)
+    wait_reached(pipeline, "driver.after_decision", process)
     kill_group(process)
+    before = len(output_of(pipeline))
 
-    code, out = finished(start(pipeline, spark_newest))
+    code, out = finished(pipeline, start(pipeline, spark_newest))
+    out = out[before:]
 
     assert code == 0, out[-4000:]
     assert "Run is COMPLETED" in out, out[-4000:]
@@ -132,10 +158,12 @@ def test_a_full_refresh_is_refused_with_what_to_do_and_nothing_written_twice(
     its replay would write every id again, so the sink refuses it, saying why and what to do,
     and the pipeline run fails; what was committed stays once."""
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
-    code, out = finished(start(pipeline, spark_newest))
+    code, out = finished(pipeline, start(pipeline, spark_newest))
     assert code == 0, out[-4000:]
+    before = len(out)
 
-    code, out = finished(start(pipeline, spark_newest, "--full-refresh-all"))
+    code, out = finished(pipeline, start(pipeline, spark_newest, "--full-refresh-all"))
+    out = out[before:]
 
     assert code != 0
     assert "QueryIdMismatchError" in out and "a declarative pipeline's full refresh" in out
