@@ -64,6 +64,8 @@ def wait_for(
 
 _LENT_PORTS: set[int] = set()
 _LOWEST_PORT = 10000
+SPARK_CONNECT_DEFAULT_PORT = 15002
+"""Never lent: `spark-pipelines run` (local) always serves Spark Connect there."""
 
 
 def free_port() -> int:
@@ -76,7 +78,7 @@ def free_port() -> int:
     ephemeral_low = _ephemeral_low()
     for _ in range(200):
         port = random.randrange(_LOWEST_PORT, ephemeral_low)
-        if port not in _LENT_PORTS and _bindable(port):
+        if port not in _LENT_PORTS and port != SPARK_CONNECT_DEFAULT_PORT and _bindable(port):
             _LENT_PORTS.add(port)
             return port
     raise TestbedError(f"no free loopback port found in {_LOWEST_PORT}-{ephemeral_low - 1}")
@@ -88,6 +90,11 @@ def _ephemeral_low() -> int:
     except (OSError, ValueError, IndexError):
         low = 32768  # Linux's default; other systems start theirs at 49152 or above
     return max(low, _LOWEST_PORT + 1000)
+
+
+def bindable(port: int) -> bool:
+    """Whether `port` on the loopback address can be bound now."""
+    return _bindable(port)
 
 
 def _bindable(port: int) -> bool:

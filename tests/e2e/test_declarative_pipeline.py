@@ -16,12 +16,14 @@ from pathlib import Path
 import pytest
 
 from kafka_txn_sink import failpoints
+from kafka_txn_sink.testing.processes import SPARK_CONNECT_DEFAULT_PORT, bindable, wait_for
 from kafka_txn_sink.testing.spark_cluster import spark_home
 from tests.e2e.conftest import SparkLine
 from tests.e2e.harness import Pipeline, assert_exactly_once, kill_group, produce_ids
 
 # One worker runs them one after another: spark-pipelines starts its Spark Connect server on
-# the default port (15002), so two runs at once on one machine collide.
+# the default port (15002), so two runs at once on one machine collide (the test bed lends
+# other servers no port of that number).
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.xdist_group("spark_pipelines")]
 
 N = 500  # batch 0 of 400 rows (maxOffsetsPerTrigger), batch 1 of 100
@@ -91,6 +93,13 @@ def start(
         **failpoints.environment(failpoint_spec, pipeline.signals, max_s=300),
     }
     command = [str(venv / "spark-pipelines"), "run", "--conf", f"spark.jars={line.jars}", *args]
+    # A run that just ended may hold Spark Connect's port a moment longer (seen in CI: the next
+    # run failed to bind it).
+    wait_for(
+        lambda: bindable(SPARK_CONNECT_DEFAULT_PORT) or None,
+        60,
+        f"port {SPARK_CONNECT_DEFAULT_PORT}, which spark-pipelines serves Spark Connect on",
+    )
     # Into a file: a pipe nobody reads while the run waits at a failpoint would fill and stop it.
     output = (pipeline.workdir / "spark-pipelines.log").open("a")
     return subprocess.Popen(
