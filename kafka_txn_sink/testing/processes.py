@@ -78,7 +78,7 @@ def free_port() -> int:
     ephemeral_low = _ephemeral_low()
     for _ in range(200):
         port = random.randrange(_LOWEST_PORT, ephemeral_low)
-        if port not in _LENT_PORTS and port != SPARK_CONNECT_DEFAULT_PORT and _bindable(port):
+        if port not in _LENT_PORTS and port != SPARK_CONNECT_DEFAULT_PORT and bindable(port):
             _LENT_PORTS.add(port)
             return port
     raise TestbedError(f"no free loopback port found in {_LOWEST_PORT}-{ephemeral_low - 1}")
@@ -94,10 +94,6 @@ def _ephemeral_low() -> int:
 
 def bindable(port: int) -> bool:
     """Whether `port` on the loopback address can be bound now."""
-    return _bindable(port)
-
-
-def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind((LOOPBACK, port))
