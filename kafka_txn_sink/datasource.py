@@ -32,7 +32,7 @@ from kafka_txn_sink.protocol.prepare import (
 )
 from kafka_txn_sink.protocol.start import BatchStart, start_batch, start_write
 from kafka_txn_sink.protocol.stream_writer import KafkaTxnStreamWriter, stream_writer_class
-from kafka_txn_sink.records.columns import plan_columns
+from kafka_txn_sink.records.columns import plan_columns, timestamp_column
 from kafka_txn_sink.serde.resolve import pinned, resolve
 from kafka_txn_sink.spark_checkpoint import check_not_behind
 
@@ -132,8 +132,7 @@ def _refuse_a_repeating_zone(options: SinkOptions, schema: StructType) -> None:
     """
     if stream_writer_class() is not KafkaTxnStreamWriter or not _has_instants(schema):
         return
-    timestamp = next((f for f in schema.fields if f.name.lower() == "timestamp"), None)
-    stamped = timestamp is not None and isinstance(timestamp.dataType, TimestampType)
+    stamped = options.records_mode and timestamp_column(schema) is not None
     if options.files is None and not options.serde.uses_registry and not stamped:
         return  # records mode writes its columns as bytes: no timestamp is converted
     from kafka_txn_sink.serde.timestamps import repeating_zone_error

@@ -92,16 +92,24 @@ def plan_columns(
         )
     if default_topic is None and "topic" not in fields:
         raise ConfigError("option topic is required when the input has no topic column")
-    timestamp = fields.get("timestamp")
     return Columns(
         value=fields["value"][0],
         key=_position(fields, "key"),
         topic=_position(fields, "topic"),
         partition=_position(fields, "partition"),
         headers=_position(fields, "headers"),
-        timestamp=timestamp[0] if timestamp and isinstance(timestamp[1], TimestampType) else None,
+        timestamp=timestamp_column(schema),
         header_columns=named,
     )
+
+
+def timestamp_column(schema: StructType) -> int | None:
+    """The position of the column that sets the records' timestamps: `timestamp`, of type
+    timestamp (a `timestamp` column of another type is ignored, as Spark's sink ignores it)."""
+    for position, field in enumerate(schema.fields):
+        if field.name.lower() == "timestamp" and isinstance(field.dataType, TimestampType):
+            return position
+    return None
 
 
 def _header_columns(
