@@ -3,7 +3,8 @@
 # kafka_txn_sink/testing/versions.env; .venv-spark-newest with PySpark 4.3 (ci/setup_spark_newest.sh);
 # then every jar of the test bed (Kafka broker, Spark packages) resolved from Maven Central into
 # the cache ($KTS_CACHE or ~/.cache/kafka_txn_sink), and the Schema Registry (Apicurio Registry,
-# built by Maven from Maven Central's jars) that the record formats' tests run against.
+# built by Maven from Maven Central's jars) that the record formats' tests run against, and
+# Prometheus (Debian's package, unpacked into the cache) that scrapes the sink's metrics.
 # Needs only python3, java and mvn on PATH. `ci/setup.sh demo` sets up only what the demo uses:
 # .venv and the broker's and Spark's jars, not PySpark 4.3's environment nor the registry.
 set -euo pipefail
@@ -45,4 +46,4 @@ fi
 ci/setup_spark_newest.sh
 
 echo "setup: resolving the test bed's jars"
-.venv/bin/python -m kafka_txn_sink.testing fetch --registry
+.venv/bin/python -m kafka_txn_sink.testing fetch --registry --prometheus

@@ -9,6 +9,7 @@
     kafka-txn-sink verify --bootstrap HOST:PORT --input-topic T [--checkpoint DIR]
         [--output-topic O] [--log URI] [--references-topic R] [--path PATH]
     kafka-txn-sink group-offsets --bootstrap HOST:PORT --group G
+    kafka-txn-sink metrics --log URI --bootstrap HOST:PORT [--listen HOST:PORT] [--once]
 
 Tables by default, `--json` for scripts. Exit codes: 0 done (verify: exact); 1 not found,
 refused, recovery left something unsettled, or verify found an anomaly; 2 cannot run (bad
@@ -17,8 +18,8 @@ local path, `file://` or `s3://` (credentials from the usual AWS environment var
 either format (`--log-format`, found out by default); Kafka client settings (TLS, SASL) go in
 `--kafka KEY=VALUE`.
 
-One module per command group (log, transactions, vacuum, verify, groups), each registering its own
-subcommands; common.py holds what they share, render.py how they print.
+One module per command group (log, transactions, vacuum, verify, groups, metrics), each
+registering its own subcommands; common.py holds what they share, render.py how they print.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from kafka_txn_sink.cli import groups, log, transactions, vacuum, verify
+from kafka_txn_sink.cli import groups, log, metrics, transactions, vacuum, verify
 from kafka_txn_sink.cli.common import CANNOT_RUN, PROG, CliError, scrub
 from kafka_txn_sink.cli.render import Output
 from kafka_txn_sink.errors import KafkaTxnSinkError
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     vacuum.add_parser(commands)
     verify.add_parser(commands)
     groups.add_parser(commands)
+    metrics.add_parser(commands)
     return parser
 
 

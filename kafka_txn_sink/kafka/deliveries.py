@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,18 +104,23 @@ class PartitionReports:
 
 @dataclass
 class EosStats:
-    """The statistics `eos` object: the only place librdkafka shows producer id and epoch."""
+    """The statistics `eos` object: the only place librdkafka shows producer id and epoch; and
+    from the same sample, the bytes of records the producer has sent (`txmsg_bytes`)."""
 
     wanted: bool = False
     latest: dict[str, Any] = field(default_factory=dict)
+    sent_bytes: int = 0
 
     def on_stats(self, raw: str) -> None:
         """librdkafka's statistics callback."""
         if self.wanted:  # parsing every sample would cost CPU on the produce path
             self.latest = eos_of(raw)
+            self.sent_bytes = sent_bytes_of(raw)
 
 
 _EOS_KEY = '"eos":'
+# The top-level counter comes before the brokers' and topics' objects, which have none.
+_SENT_BYTES = re.compile(r'"txmsg_bytes":\s*(\d+)')
 _DECODER = json.JSONDecoder()
 
 
@@ -133,3 +139,10 @@ def eos_of(raw: str) -> dict[str, Any]:
                 return eos
     found = json.loads(raw).get("eos", {})
     return found if isinstance(found, dict) else {}
+
+
+def sent_bytes_of(raw: str) -> int:
+    """The producer's `txmsg_bytes` of a statistics sample: the bytes of every record it sent
+    (after compression, framing included); 0 when the sample has none."""
+    found = _SENT_BYTES.search(raw)
+    return int(found.group(1)) if found else 0

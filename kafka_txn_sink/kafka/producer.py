@@ -80,6 +80,7 @@ class Prepared:
     rows: int
     offsets: OffsetRanges
     prepared_at_ms: int
+    bytes: int = 0  # what the producer sent for the records (deliveries.py `sent_bytes_of`)
 
 
 class TaskTransaction:
@@ -309,6 +310,7 @@ class TaskTransaction:
             rows=self._sent,
             offsets=self._deliveries.offsets(),
             prepared_at_ms=int(time.time() * 1000),
+            bytes=self._stats.sent_bytes,
         )
 
     def _check_every_record_reported(self) -> None:

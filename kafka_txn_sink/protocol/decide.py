@@ -72,6 +72,7 @@ from kafka_txn_sink.protocol.repair import (
 )
 from kafka_txn_sink.protocol.runs import RunRef, check_current, check_decided_by, release
 from kafka_txn_sink.protocol.session import cleanup_schedule, driver_session
+from kafka_txn_sink.protocol.stats import batch_stats
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 
 log = logging.getLogger(__name__)
@@ -351,8 +352,10 @@ class Committer:
         """The decision of `participants`, once checked open with time left, by a run that
         still owns the sink."""
         failpoints.fire("driver.before_prepare_check", batch_id)
-        self._check_prepared(participants, batch_id)
+        margin_left_ms = self._check_prepared(participants, batch_id)
         has_progress = any(p.progress is not None for p in participants)
+        decided_at_ms = now_ms()
+        costs = [t.cost() for t in tasks if t.status == "prepared"]
         decision = Decision(
             sink_id=self._options.sink_id,
             query_id=query_id,
@@ -360,11 +363,12 @@ class Committer:
             participants=participants,
             tasks=len(tasks),
             rows=sum(p.rows for p in participants),
-            decided_at_ms=now_ms(),
+            decided_at_ms=decided_at_ms,
             run=self._run.run,
             round=round_,
             schemas=tuple(sorted({s for t in tasks for s in t.schemas}, key=str)),
             version=PROGRESS_FORMAT_VERSION if has_progress else FORMAT_VERSION,
+            stats=batch_stats(costs, decided_at_ms, margin_left_ms),
         )
         failpoints.fire("driver.before_decision", batch_id)
         # As late as possible: a driver frozen since its streamWriter() may have lost the sink
@@ -400,7 +404,8 @@ class Committer:
                 f"abort() closes its round first, else the next run settles it"
             ) from exc
 
-    def _check_prepared(self, participants: Sequence[Participant], batch_id: int) -> None:
+    def _check_prepared(self, participants: Sequence[Participant], batch_id: int) -> int | None:
+        """The least time a participant has left (ms); raises when one cannot be committed."""
         found = check_open(self._txn_admin, participants, self._options.margin_ms)
         for participant, state in found.closed:
             raise ParticipantNotCommittableError(
@@ -413,6 +418,7 @@ class Committer:
             raise TransactionTooOldError(
                 _too_old_message(batch_id, list(found.short), self._options, self._write)
             )
+        return found.least_left_ms
 
     def _check_decided_for(self, decision: Decision, query_id: str) -> None:
         """A batch write's batch decided for another write: both ran at once.

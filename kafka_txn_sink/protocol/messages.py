@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
 from kafka_txn_sink.errors import CommitLogError
+from kafka_txn_sink.protocol.stats import BatchStats
 
 FORMAT_VERSION = 2  # 2: digests and repairs; a version-1 sink refuses such records as newer
 # A decision with a progress participant (consumerGroup): a version-2 sink, which would end it
@@ -180,9 +181,11 @@ class Decision:
     repaired: tuple[Triple, ...] = ()
     refused: tuple[LostParticipant, ...] = ()
     schemas: tuple[SchemaUse, ...] = ()  # the registry's schemas of its records (serde/)
+    stats: BatchStats | None = None  # what the batch cost (stats.py); None before stats existed
 
     def same_decision(self, other: Decision) -> bool:
-        """Equal in everything but the time it was made: a repeated write of our own decision."""
+        """Equal in everything but the time it was made and its cost: a repeated write of our
+        own decision."""
         return (
             self.sink_id == other.sink_id
             and self.query_id == other.query_id
@@ -222,8 +225,10 @@ class Decision:
             body.pop("run")  # a log written before runs existed keeps its records as they were
         if not self.round:
             body.pop("round")  # round 0: the record reads as it did before rounds existed
-        for name in ("level", "repaired", "refused", "schemas"):
-            body.pop(name)  # a decision reads as it did before repairs and schemas existed
+        for name in ("level", "repaired", "refused", "schemas", "stats"):
+            body.pop(name)  # a decision reads as it did before repairs, schemas and stats existed
+        if self.stats is not None:
+            body["stats"] = self.stats.to_json()
         if self.schemas:
             body["schemas"] = [s.to_json() for s in self.schemas]
         if self.level:
@@ -256,6 +261,7 @@ class Decision:
                 repaired=tuple(Triple.from_json(t) for t in body.get("repaired", ())),
                 refused=tuple(_lost_from(x) for x in body.get("refused", ())),
                 schemas=tuple(SchemaUse.from_json(x) for x in body.get("schemas", ())),
+                stats=BatchStats.from_json(body["stats"]) if body.get("stats") else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(f"malformed decision record: {exc!r}") from exc

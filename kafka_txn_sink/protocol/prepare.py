@@ -32,7 +32,7 @@ from kafka_txn_sink.commit_log import CommitLog, open_commit_log
 from kafka_txn_sink.errors import CommitLogError, ConfigError, QueryIdMismatchError
 from kafka_txn_sink.kafka.producer import TaskTransaction
 from kafka_txn_sink.options import SinkOptions
-from kafka_txn_sink.protocol.messages import FileRef
+from kafka_txn_sink.protocol.messages import FileRef, now_ms
 from kafka_txn_sink.protocol.output import TaskOutput
 from kafka_txn_sink.protocol.repair import RepairPlan
 from kafka_txn_sink.protocol.runs import RunRef
@@ -130,6 +130,7 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
         InputError / StagingError / KafkaTxnSinkError: the rows could not be written; the
             transaction is aborted and nothing of the task is visible.
     """
+    started_at_ms = now_ms()
     task = current_task(plan)
     _check_query_id(plan, task.query_id)
     skipped = TaskCommit(task.query_id, task.batch_id, task.partition, task.attempt, "skipped")
@@ -170,6 +171,8 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
         triple=prepared.triple,
         offsets=prepared.offsets,
         prepared_at_ms=prepared.prepared_at_ms,
+        started_at_ms=started_at_ms,
+        bytes=prepared.bytes,
         files=files,
         digest=next((o.digest() for o in outputs if isinstance(o, RecordsOutput)), ""),
         schemas=schema_uses(encodings_of(plan, task.batch_id)),

@@ -30,10 +30,12 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class OpenCheck:
     """Which participants a record could not commit: `closed`, not open as their triple (with
-    the state the coordinator reports); `short`, open with less than the margin left (ms)."""
+    the state the coordinator reports); `short`, open with less than the margin left (ms).
+    `least_left_ms`: the least time any open participant had left (None: none was open)."""
 
     closed: tuple[tuple[Participant, TxnState | None], ...]
     short: tuple[tuple[Participant, int], ...]
+    least_left_ms: int | None = None
 
 
 def check_open(
@@ -45,15 +47,17 @@ def check_open(
     now = now_ms()
     closed: list[tuple[Participant, TxnState | None]] = []
     short: list[tuple[Participant, int]] = []
+    lefts: list[int] = []
     for participant in participants:
         state = states.get(participant.transactional_id)
         if state is None or state.state != ONGOING or state.triple != participant.triple:
             closed.append((participant, state))
             continue
         left_ms = state.start_ms + state.timeout_ms - now
+        lefts.append(left_ms)
         if left_ms < margin_ms:
             short.append((participant, left_ms))
-    return OpenCheck(tuple(closed), tuple(short))
+    return OpenCheck(tuple(closed), tuple(short), min(lefts, default=None))
 
 
 def record_with_progress(

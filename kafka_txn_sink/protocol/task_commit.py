@@ -19,6 +19,7 @@ from kafka_txn_sink.protocol.messages import (
     TaskStatus,
     Triple,
 )
+from kafka_txn_sink.protocol.stats import TaskCost
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class TaskCommit(WriterCommitMessage):
     digest: str = ""  # of its records (records/digest.py); "" without records
     level: int = 0  # the repair level it wrote at (protocol/repair.py); 0: the batch itself
     schemas: tuple[SchemaUse, ...] = ()  # the registry's schemas its records carry (serde/)
+    started_at_ms: int = 0  # when the attempt began (protocol/stats.py)
+    bytes: int = 0  # what its producer sent for its records (protocol/stats.py)
 
     @property
     def prepared_triple(self) -> Triple:
@@ -65,3 +68,7 @@ class TaskCommit(WriterCommitMessage):
             files=self.files,
             digest=self.digest,
         )
+
+    def cost(self) -> TaskCost:
+        """What the attempt cost, for its batch's statistics."""
+        return TaskCost(self.started_at_ms, self.prepared_at_ms, self.bytes)

@@ -1,6 +1,6 @@
 """``python -m kafka_txn_sink.testing fetch|up|down``: the test bed from a shell.
 
-    python -m kafka_txn_sink.testing fetch [--kafka-version V] [--registry]  # jars (and registry)
+    python -m kafka_txn_sink.testing fetch [--kafka-version V] [--registry] [--prometheus]
     python -m kafka_txn_sink.testing up [--dir D]       # broker + S3 in the background, D/env
     python -m kafka_txn_sink.testing down [--dir D]     # stop them
 
@@ -28,6 +28,7 @@ from kafka_txn_sink.testing.jars import (
 )
 from kafka_txn_sink.testing.kafka_broker import KafkaBroker
 from kafka_txn_sink.testing.processes import pid_alive, terminate_pid
+from kafka_txn_sink.testing.prometheus import prometheus_dir
 from kafka_txn_sink.testing.s3_server import S3Server
 from kafka_txn_sink.testing.schema_registry import apicurio_version, registry_runner
 
@@ -51,6 +52,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         print(f"spark jar: {jar}")
     if args.registry:
         print(f"schema registry (Apicurio Registry {apicurio_version()}): {registry_runner()}")
+    if args.prometheus:
+        print(f"prometheus (Debian's package): {prometheus_dir()}")
     print(f"fetched in {time.monotonic() - started:.1f}s")
     return 0
 
@@ -114,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     # Off in CI until records mode speaks the registry's formats (issue 27); the registry
     # fixture builds it on first use.
     fetch.add_argument("--registry", action="store_true", help="also build the Schema Registry")
+    fetch.add_argument(
+        "--prometheus", action="store_true", help="also fetch Prometheus (Debian's package)"
+    )
     fetch.set_defaults(func=cmd_fetch)
     up = sub.add_parser("up", help="start broker + S3 in the background, write DIR/env")
     up.add_argument("--dir", default=str(DEFAULT_UP_DIR))

@@ -1,0 +1,168 @@
+"""`metrics`: serve the sink's metrics for Prometheus to scrape (kafka_txn_sink/metrics/).
+
+It runs beside the query (a sidecar, or a process on the driver's node): it reads the commit
+log and asks the brokers every `--interval` seconds, and serves the newest values on
+`--listen`; `--once` prints them instead, in the text format a scrape gets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from prometheus_client import generate_latest, start_http_server
+
+from kafka_txn_sink.cli.common import (
+    CliError,
+    brokers,
+    kafka_options,
+    kafka_settings,
+    log_options,
+    open_log,
+    sink_id_of,
+)
+from kafka_txn_sink.cli.render import Output
+from kafka_txn_sink.commit_log import CommitLog
+from kafka_txn_sink.errors import KafkaTxnSinkError
+from kafka_txn_sink.kafka.cluster import Cluster
+from kafka_txn_sink.kafka.txn_admin import TxnAdmin
+from kafka_txn_sink.metrics.batches import LogReader
+from kafka_txn_sink.metrics.exporter import SinkMetrics
+from kafka_txn_sink.metrics.guard import GuardReading, look
+
+DEFAULT_LISTEN = "127.0.0.1:9464"
+DEFAULT_INTERVAL_S = 15.0
+OK = 0
+
+
+def add_parser(commands: Any) -> None:
+    """Register `metrics` on the CLI's subcommands."""
+    metrics = commands.add_parser(
+        "metrics",
+        parents=[log_options(), kafka_options()],
+        help="serve the sink's metrics (commit log and open transactions) for Prometheus",
+    )
+    metrics.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"where to serve /metrics (default {DEFAULT_LISTEN}; 0.0.0.0:PORT for every "
+        "interface)",
+    )
+    metrics.add_argument(
+        "--interval",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        metavar="SECONDS",
+        help=f"how often to read the log and ask the brokers (default {DEFAULT_INTERVAL_S:g})",
+    )
+    metrics.add_argument(
+        "--history",
+        type=int,
+        default=100,
+        metavar="N",
+        help="the counters start N batches before the newest (default 100)",
+    )
+    metrics.add_argument(
+        "--once", action="store_true", help="print the metrics once (text format) and exit"
+    )
+    metrics.add_argument(
+        "--duration",
+        type=float,
+        metavar="SECONDS",
+        help="stop serving after this long (default: until interrupted)",
+    )
+    metrics.set_defaults(func=cmd_metrics)
+
+
+def cmd_metrics(args: argparse.Namespace, out: Output) -> int:
+    """`metrics`: refresh every interval and serve, or print once."""
+    host, port = _listen_address(args.listen)
+    if args.interval <= 0:
+        raise CliError(f"--interval must be positive, not {args.interval:g}")
+    commit_log, log_sink_id = open_log(args)
+    sink_id = sink_id_of(args, log_sink_id)
+    guard = _Guard(args, sink_id, commit_log)
+    try:
+        metrics = SinkMetrics(sink_id, LogReader(commit_log, history=args.history), guard.look)
+        metrics.refresh()
+        if args.once:
+            sys.stdout.write(generate_latest(metrics.registry).decode())
+            return OK
+        server, _ = start_http_server(port, host, registry=metrics.registry)
+        print(f"serving {sink_id}'s metrics on http://{args.listen}/metrics", flush=True)
+        try:
+            _refresh_until_stopped(metrics, args.interval, args.duration)
+        finally:
+            server.shutdown()
+    finally:
+        guard.close()
+    return OK
+
+
+class _Guard:
+    """The guard's look at the brokers, with clients made on first use and made again after a
+    failure: an exporter started before its brokers are reachable serves `guard_up 0` until
+    they are, rather than not at all."""
+
+    def __init__(self, args: argparse.Namespace, sink_id: str, commit_log: CommitLog):
+        self._args = args
+        self._sink_id = sink_id
+        self._log = commit_log
+        self._clients: tuple[TxnAdmin, Cluster] | None = None
+
+    def look(self) -> GuardReading:
+        """One reading (metrics/guard.py `look`).
+
+        Raises:
+            KafkaTxnSinkError: the brokers could not be asked; the clients are made anew next.
+        """
+        try:
+            if self._clients is None:
+                args = self._args
+                cluster = Cluster(args.bootstrap, kafka_settings(args), args.timeout_ms)
+                self._clients = (brokers(args), cluster)
+            txn_admin, cluster = self._clients
+            return look(self._sink_id, self._log, txn_admin, cluster)
+        except KafkaTxnSinkError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the clients, if any."""
+        if self._clients is not None:
+            self._clients[0].close()
+            self._clients = None
+
+
+def _refresh_until_stopped(
+    metrics: SinkMetrics, interval_s: float, duration_s: float | None
+) -> None:
+    """Refresh every `interval_s` until SIGTERM, SIGINT or `duration_s` has passed."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    deadline = math.inf if duration_s is None else time.monotonic() + duration_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or stop.wait(min(interval_s, left)):
+            return
+        metrics.refresh()
+
+
+def _listen_address(listen: str) -> tuple[str, int]:
+    """`HOST:PORT` split; a CliError naming --listen when it is not that."""
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise CliError(f"--listen must be HOST:PORT, not {listen!r}")
+    return host.strip("[]"), int(port)

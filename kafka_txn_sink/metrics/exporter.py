@@ -1,0 +1,230 @@
+"""The sink's metrics for Prometheus: read from the commit log and the brokers, in a registry of
+their own, named and labelled by Prometheus' conventions (`kafka_txn_sink_*`, `sink_id`).
+
+`SinkMetrics.refresh()` reads what is new (metrics/batches.py) and adds it to counters and
+histograms, and takes a new guard reading (metrics/guard.py) whose series replace the last
+one's whole: a transaction that ended leaves no series behind. A read that fails sets
+`kafka_txn_sink_log_up` or `kafka_txn_sink_guard_up` to 0 and changes nothing else, so a
+value is never a guess; the guard's series are dropped while it cannot look.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kafka_txn_sink.errors import KafkaTxnSinkError
+from kafka_txn_sink.metrics.batches import LogReader, News
+from kafka_txn_sink.metrics.guard import DECIDED, LIVE, STRAY, GuardReading
+
+log = logging.getLogger(__name__)
+
+PREFIX = "kafka_txn_sink"
+SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
+
+
+@dataclass(frozen=True)
+class _Counters:
+    batches: Counter
+    rows: Counter
+    transactions: Counter
+    record_bytes: Counter
+    files: Counter
+    file_bytes: Counter
+    aborted_rounds: Counter
+    repairs: Counter
+    repaired_rows: Counter
+    lost_transactions: Counter
+    lost_rows: Counter
+    republished: Counter
+
+
+def _counters(registry: CollectorRegistry) -> _Counters:
+    def counter(name: str, doc: str) -> Counter:
+        return Counter(f"{PREFIX}_{name}", doc, ["sink_id"], registry=registry)
+
+    return _Counters(
+        batches=counter("batches", "Batches decided"),
+        rows=counter("rows", "Rows of the batches decided"),
+        transactions=counter("transactions", "Transactions the decisions commit"),
+        record_bytes=counter(
+            "record_bytes", "Bytes the tasks' producers sent for the decided batches' records"
+        ),
+        files=counter("files", "Files the decided batches wrote (files mode)"),
+        file_bytes=counter("file_bytes", "Bytes of those files"),
+        aborted_rounds=counter(
+            "aborted_rounds", "Decision rounds closed by an abort record before a decision"
+        ),
+        repairs=counter("repairs", "Repair levels recorded (a replay wrote lost rows again)"),
+        repaired_rows=counter("repaired_rows", "Rows the repairs wrote again"),
+        lost_transactions=counter(
+            "lost_transactions", "Decided transactions the brokers aborted before their commit"
+        ),
+        lost_rows=counter("lost_rows", "Rows of those transactions"),
+        republished=counter(
+            "republished", "Aborted transactions whose file references were published again"
+        ),
+    )
+
+
+class SinkMetrics:
+    """One sink's metrics, in `registry`, updated by `refresh()` (not thread-safe: one refresher;
+    scrapes may run at any time)."""
+
+    def __init__(
+        self,
+        sink_id: str,
+        reader: LogReader,
+        guard: Callable[[], GuardReading] | None,
+        registry: CollectorRegistry | None = None,
+    ):
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._sink_id = sink_id
+        self._reader = reader
+        self._guard = guard
+        self._counters = _counters(self.registry)
+        self._histograms = {
+            name: Histogram(
+                f"{PREFIX}_{name}", doc, ["sink_id"], buckets=SECONDS, registry=self.registry
+            )
+            for name, doc in (
+                ("completion_seconds", "From a batch's decision to its completion marker"),
+                ("decide_seconds", "From a batch's last prepared task to its decision"),
+                ("slowest_task_seconds", "A batch's slowest task, from its start to prepared"),
+            )
+        }
+        self._gauges = {
+            name: Gauge(f"{PREFIX}_{name}", doc, ["sink_id"], registry=self.registry)
+            for name, doc in (
+                ("last_decided_batch", "The newest decided batch"),
+                ("last_decided_timestamp_seconds", "When the newest batch was decided"),
+                ("incomplete_batches", "Decided batches without a completion marker"),
+                (
+                    "margin_left_seconds",
+                    "The least time a participant of the newest batch had "
+                    "left before the brokers' transaction timeout when it was decided",
+                ),
+                ("log_up", "1 if the last read of the commit log succeeded, else 0"),
+                ("guard_up", "1 if the last look at the brokers succeeded, else 0"),
+            )
+        }
+        self._reading: GuardReading | None = None
+        self.registry.register(_GuardCollector(sink_id, lambda: self._reading))
+
+    def refresh(self) -> None:
+        """Read the log's news and take a new guard reading; a failed read says so (`*_up`)."""
+        try:
+            self._count(self._reader.read())
+            self._gauge("log_up", 1)
+        except KafkaTxnSinkError as exc:
+            log.warning("the commit log could not be read: %s", exc)
+            self._gauge("log_up", 0)
+        if self._guard is None:
+            return
+        try:
+            self._reading = self._guard()
+            self._gauge("guard_up", 1)
+        except KafkaTxnSinkError as exc:
+            log.warning("the brokers could not be asked about the sink's transactions: %s", exc)
+            self._reading = None
+            self._gauge("guard_up", 0)
+
+    def _count(self, news: News) -> None:
+        c, sink = self._counters, self._sink_id
+        for decided in news.decided:
+            decision = decided.decision
+            c.batches.labels(sink).inc()
+            c.rows.labels(sink).inc(decision.rows)
+            c.transactions.labels(sink).inc(decided.transactions)
+            c.files.labels(sink).inc(decided.files)
+            c.file_bytes.labels(sink).inc(decided.file_bytes)
+            c.aborted_rounds.labels(sink).inc(decision.round)
+            if decision.stats is not None:
+                c.record_bytes.labels(sink).inc(decision.stats.bytes)
+                self._observe("decide_seconds", decision.stats.decide_ms / 1000)
+                self._observe("slowest_task_seconds", decision.stats.slowest_task_ms / 1000)
+                if decision.stats.margin_left_ms is not None:
+                    self._gauge("margin_left_seconds", decision.stats.margin_left_ms / 1000)
+            self._gauge("last_decided_batch", decision.batch_id)
+            self._gauge("last_decided_timestamp_seconds", decision.decided_at_ms / 1000)
+        for completed in news.completed:
+            self._observe("completion_seconds", completed.seconds)
+            c.lost_transactions.labels(sink).inc(len(completed.completion.lost))
+            c.lost_rows.labels(sink).inc(completed.lost_rows)
+            c.republished.labels(sink).inc(len(completed.completion.republished))
+        for repaired in news.repaired:
+            c.repairs.labels(sink).inc(repaired.levels)
+            c.repaired_rows.labels(sink).inc(repaired.rows)
+        self._gauge("incomplete_batches", len(self._reader.incomplete))
+
+    def _observe(self, name: str, seconds: float) -> None:
+        self._histograms[name].labels(self._sink_id).observe(seconds)
+
+    def _gauge(self, name: str, value: float) -> None:
+        self._gauges[name].labels(self._sink_id).set(value)
+
+
+class _GuardCollector(Collector):
+    """The guard's series, from the newest reading only."""
+
+    def __init__(self, sink_id: str, reading: Callable[[], GuardReading | None]):
+        self._sink_id = sink_id
+        self._reading = reading
+
+    def collect(self) -> Iterator[Metric]:
+        reading = self._reading()
+        if reading is None:
+            return
+        sink = self._sink_id
+        open_ = GaugeMetricFamily(
+            f"{PREFIX}_open_transactions",
+            "The sink's open transactions: decided (completing), live (a run may still decide "
+            "them) or stray (no run can; recover aborts them)",
+            labels=["sink_id", "state"],
+        )
+        for kind in (DECIDED, LIVE, STRAY):
+            open_.add_metric([sink, kind], reading.count(kind))
+        yield open_
+        oldest = reading.oldest
+        if oldest is not None:
+            yield _single(
+                "oldest_open_transaction_age_seconds",
+                "Age of the sink's oldest open transaction",
+                sink,
+                oldest.age_ms / 1000,
+            )
+            yield _single(
+                "oldest_open_transaction_timeout_left_seconds",
+                "Time the sink's oldest open transaction has left before the brokers abort it",
+                sink,
+                oldest.left_ms / 1000,
+            )
+        behind = GaugeMetricFamily(
+            f"{PREFIX}_partition_lso_lag",
+            "Offsets of an output partition a read_committed consumer cannot read yet (high "
+            "watermark minus last stable offset)",
+            labels=["sink_id", "topic", "partition"],
+        )
+        held = GaugeMetricFamily(
+            f"{PREFIX}_partition_held_seconds",
+            "How long an open transaction of the sink has held the partition's last stable offset",
+            labels=["sink_id", "topic", "partition"],
+        )
+        for lag in reading.partitions:
+            labels = [sink, lag.topic, str(lag.partition)]
+            behind.add_metric(labels, lag.behind)
+            if lag.held_since_ms is not None:
+                held.add_metric(labels, max(0, reading.at_ms - lag.held_since_ms) / 1000)
+        yield behind
+        yield held
+
+
+def _single(name: str, doc: str, sink_id: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["sink_id"])
+    family.add_metric([sink_id], value)
+    return family

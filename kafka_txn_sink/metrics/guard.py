@@ -1,0 +1,121 @@
+"""The guard on stuck transactions: what of the sink holds back read_committed consumers now.
+
+One `look()` asks the brokers for the sink's open transactions (protocol/recover.py
+`sink_holdings`, as `status` and `recover` do) and for the ends of the output partitions: those
+the open transactions wrote to, and those the newest decision wrote to. Each open transaction
+is `decided` (a decision holds it: its batch is completing), `live` (undecided, and a run may
+still decide it) or `stray` (undecided, and no run can decide it any more: `recover` aborts it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kafka_txn_sink.commit_log import CommitLog
+from kafka_txn_sink.kafka.admin_api import TransactionAdmin, TxnState
+from kafka_txn_sink.protocol.messages import Decision, GroupOffsets, now_ms
+from kafka_txn_sink.protocol.recover import Holdings, sink_holdings
+from kafka_txn_sink.protocol.stuck import Ends
+
+DECIDED, LIVE, STRAY = "decided", "live", "stray"
+
+
+@dataclass(frozen=True)
+class OpenTxn:
+    """One open transaction of the sink: its kind, its age and the time its timeout leaves."""
+
+    state: TxnState
+    kind: str  # DECIDED, LIVE or STRAY
+    age_ms: int
+    left_ms: int  # until the coordinator's timeout aborts it (negative: overdue)
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """An output partition: how far its last stable offset trails its high watermark, and since
+    when an open transaction of the sink has held it (None: none of the sink's does)."""
+
+    topic: str
+    partition: int
+    behind: int
+    held_since_ms: int | None
+
+
+@dataclass(frozen=True)
+class GuardReading:
+    """What one look found."""
+
+    at_ms: int
+    transactions: tuple[OpenTxn, ...]
+    partitions: tuple[PartitionLag, ...]
+
+    def count(self, kind: str) -> int:
+        """How many open transactions are of `kind`."""
+        return sum(1 for t in self.transactions if t.kind == kind)
+
+    @property
+    def oldest(self) -> OpenTxn | None:
+        """The open transaction that started first, or None."""
+        return min(self.transactions, key=lambda t: t.state.start_ms, default=None)
+
+
+def look(
+    sink_id: str, commit_log: CommitLog, txn_admin: TransactionAdmin, cluster: Ends
+) -> GuardReading:
+    """The sink's open transactions and its output partitions' lag, now.
+
+    Raises:
+        KafkaTxnSinkError / CommitLogError: the brokers or the log could not be read.
+    """
+    holdings = sink_holdings(sink_id, commit_log, txn_admin)
+    now = now_ms()
+    transactions = tuple(
+        OpenTxn(
+            state=state,
+            kind=_kind(state, holdings),
+            age_ms=now - state.start_ms,
+            left_ms=state.start_ms + state.timeout_ms - now,
+        )
+        for state in holdings.open
+    )
+    latest = commit_log.latest_decision()
+    return GuardReading(now, transactions, _lags(holdings.open, latest, cluster))
+
+
+def _kind(state: TxnState, holdings: Holdings) -> str:
+    if state.triple in holdings.held:
+        return DECIDED
+    return STRAY if state.triple in holdings.abortable else LIVE
+
+
+def _lags(
+    open_: Sequence[TxnState], latest: Decision | None, cluster: Ends
+) -> tuple[PartitionLag, ...]:
+    """The lag of every partition the open transactions or the newest decision wrote to."""
+    since: dict[tuple[str, int], int] = {}
+    for state in open_:
+        for topic_partition in state.partitions:
+            seen = since.get(topic_partition)
+            since[topic_partition] = state.start_ms if seen is None else min(seen, state.start_ms)
+    wanted: GroupOffsets = {}
+    for topic, partition in since:
+        wanted.setdefault(topic, {})[partition] = 0
+    if latest is not None:
+        for topic, parts in latest.output_ranges().items():
+            for partition in parts:
+                wanted.setdefault(topic, {})[partition] = 0
+    if not wanted:
+        return ()
+    high, stable = cluster.log_ends(wanted), cluster.log_ends(wanted, stable=True)
+    return tuple(
+        PartitionLag(
+            topic=topic,
+            partition=partition,
+            behind=max(0, high[topic][partition] - stable[topic][partition]),
+            held_since_ms=since.get((topic, partition)),
+        )
+        for topic, parts in sorted(wanted.items())
+        for partition in sorted(parts)
+        if partition in high.get(topic, {}) and partition in stable.get(topic, {})
+    )

@@ -1,0 +1,71 @@
+"""What a batch cost, recorded with its decision: the numbers the sink's metrics are made of.
+
+The driver's code runs in short-lived Python workers, so nothing it measures would outlive the
+batch in memory; the commit log keeps it instead, in both formats, and `kafka-txn-sink metrics`
+reads it from there. A statistic never decides anything: it is left out of the comparison of
+a decision written twice (`Decision.same_decision`), and a record without it reads as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TaskCost:
+    """One prepared task's part: when it started, when its transaction was prepared, and the
+    bytes its producer sent for its records (librdkafka's `txmsg_bytes`: after compression,
+    framing included)."""
+
+    started_at_ms: int
+    prepared_at_ms: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """A batch's cost, as its decision records it.
+
+    `bytes`: what the tasks' producers sent for the batch's records; `slowest_task_ms`: the
+    longest time a task took from its start to its prepared transaction; `decide_ms`: from the
+    last task's prepared transaction to the decision (Spark's hand-over, the progress
+    transaction, the check); `margin_left_ms`: the least time any participant had left before
+    the brokers' transaction timeout when the check read it (None without participants).
+    """
+
+    bytes: int
+    slowest_task_ms: int
+    decide_ms: int
+    margin_left_ms: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The statistics as the decision's `stats` object."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> BatchStats:
+        """The statistics of a decision's `stats` object."""
+        margin = body.get("margin_left_ms")
+        return cls(
+            bytes=int(body["bytes"]),
+            slowest_task_ms=int(body["slowest_task_ms"]),
+            decide_ms=int(body["decide_ms"]),
+            margin_left_ms=int(margin) if margin is not None else None,
+        )
+
+
+def batch_stats(
+    tasks: Sequence[TaskCost], decided_at_ms: int, margin_left_ms: int | None
+) -> BatchStats:
+    """The statistics of a batch whose prepared tasks cost `tasks`, decided at `decided_at_ms`
+    (a task whose start is unknown, 0, counts for its bytes only)."""
+    last_prepared = max((t.prepared_at_ms for t in tasks), default=decided_at_ms)
+    timed = [t.prepared_at_ms - t.started_at_ms for t in tasks if t.started_at_ms > 0]
+    return BatchStats(
+        bytes=sum(t.bytes for t in tasks),
+        slowest_task_ms=max(timed, default=0),
+        decide_ms=max(0, decided_at_ms - last_prepared),
+        margin_left_ms=margin_left_ms,
+    )

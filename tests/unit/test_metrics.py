@@ -1,0 +1,198 @@
+"""The sink's metrics from a commit log: counted once per batch, whatever reads come between,
+with the decision's statistics, and nothing left standing from a guard reading that ended."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kafka_txn_sink.commit_log import JsonCommitLog
+from kafka_txn_sink.errors import KafkaUnavailableError
+from kafka_txn_sink.kafka.admin_api import ONGOING, TxnState
+from kafka_txn_sink.metrics.batches import LogReader
+from kafka_txn_sink.metrics.exporter import SinkMetrics
+from kafka_txn_sink.metrics.guard import DECIDED, STRAY, GuardReading, OpenTxn, PartitionLag
+from kafka_txn_sink.protocol.messages import Abort, Completion, Decision, FileRef
+from kafka_txn_sink.protocol.run_records import SinkMeta
+from kafka_txn_sink.protocol.stats import BatchStats, TaskCost, batch_stats
+from kafka_txn_sink.storage import LocalStorage
+from tests.unit.test_cli import DECIDED_AT_MS, decision, lost
+
+
+def samples(metrics: SinkMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a scrape, by name and labels: what Prometheus would store."""
+    text = generate_latest(metrics.registry).decode()
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def value(metrics: SinkMetrics, name: str, **labels: str) -> float | None:
+    return samples(metrics).get((name, tuple(sorted({"sink_id": "orders", **labels}.items()))))
+
+
+@pytest.fixture
+def commit_log(tmp_path: Path) -> JsonCommitLog:
+    found = JsonCommitLog(LocalStorage(tmp_path / "log"))
+    found.create(SinkMeta("orders", created_at_ms=1))
+    return found
+
+
+def with_stats(batch_id: int) -> Decision:
+    stats = BatchStats(
+        bytes=1000 + batch_id, slowest_task_ms=800, decide_ms=40, margin_left_ms=52_000
+    )
+    return replace(decision(batch_id), stats=stats)
+
+
+def test_stats_survive_the_log_and_do_not_make_a_decision_different(
+    commit_log: JsonCommitLog,
+) -> None:
+    ours = with_stats(0)
+    commit_log.put_decision(ours)
+    assert commit_log.decision(0) == ours
+    # A repeated write of the same decision whose statistics were measured again is ours.
+    assert ours.stats is not None
+    commit_log.put_decision(replace(ours, stats=replace(ours.stats, decide_ms=99)))
+    assert commit_log.decision(0) == ours  # the first one stays
+    assert Decision.from_json(decision(0).to_json()).stats is None  # a record without reads so
+
+
+def test_batch_stats_from_the_tasks() -> None:
+    tasks = [TaskCost(1_000, 1_900, 300), TaskCost(1_100, 1_500, 200), TaskCost(0, 1_950, 7)]
+    stats = batch_stats(tasks, decided_at_ms=2_000, margin_left_ms=58_000)
+    assert stats == BatchStats(bytes=507, slowest_task_ms=900, decide_ms=50, margin_left_ms=58_000)
+    assert batch_stats([], 2_000, None) == BatchStats(0, 0, 0, None)
+
+
+def test_each_batch_counts_once_across_reads(commit_log: JsonCommitLog) -> None:
+    metrics = SinkMetrics("orders", LogReader(commit_log), guard=None)
+    commit_log.put_decision(with_stats(0))
+    commit_log.put_decision(with_stats(1))
+    commit_log.put_completion(Completion("orders", 0, DECIDED_AT_MS + 500))
+    metrics.refresh()
+    metrics.refresh()  # nothing new: nothing added
+    assert value(metrics, "kafka_txn_sink_batches_total") == 2
+    assert value(metrics, "kafka_txn_sink_rows_total") == 60
+    assert value(metrics, "kafka_txn_sink_transactions_total") == 6
+    assert value(metrics, "kafka_txn_sink_record_bytes_total") == 2001
+    assert value(metrics, "kafka_txn_sink_incomplete_batches") == 1
+    assert value(metrics, "kafka_txn_sink_completion_seconds_count") == 1
+    assert value(metrics, "kafka_txn_sink_completion_seconds_sum") == 0.5
+    assert value(metrics, "kafka_txn_sink_margin_left_seconds") == 52
+    assert value(metrics, "kafka_txn_sink_log_up") == 1
+
+    # Batch 1 completes with a participant lost; batch 2 arrives without statistics.
+    commit_log.put_completion(Completion("orders", 1, DECIDED_AT_MS + 3000, lost=(lost(1, 1),)))
+    commit_log.put_decision(decision(2))
+    metrics.refresh()
+    assert value(metrics, "kafka_txn_sink_batches_total") == 3
+    assert value(metrics, "kafka_txn_sink_rows_total") == 90
+    assert value(metrics, "kafka_txn_sink_record_bytes_total") == 2001
+    assert value(metrics, "kafka_txn_sink_lost_transactions_total") == 1
+    assert value(metrics, "kafka_txn_sink_lost_rows_total") == 10
+    assert value(metrics, "kafka_txn_sink_completion_seconds_count") == 2
+    assert value(metrics, "kafka_txn_sink_last_decided_batch") == 2
+    assert value(metrics, "kafka_txn_sink_incomplete_batches") == 1
+
+
+def test_files_and_the_rounds_aborted_before_a_decision(commit_log: JsonCommitLog) -> None:
+    file = FileRef(
+        "s3://b/k.avro", "d=1", {"d": "1"}, records=10, bytes=4096, schema_fingerprint="f"
+    )
+    batch = decision(0)
+    first = replace(batch.participants[0], files=(file, file))
+    for round_ in (0, 1):
+        commit_log.put_abort(Abort("orders", 0, round_, (), DECIDED_AT_MS))
+    commit_log.put_decision(replace(batch, participants=(first, *batch.participants[1:]), round=2))
+    metrics = SinkMetrics("orders", LogReader(commit_log), guard=None)
+    metrics.refresh()
+    assert value(metrics, "kafka_txn_sink_files_total") == 2
+    assert value(metrics, "kafka_txn_sink_file_bytes_total") == 8192
+    assert value(metrics, "kafka_txn_sink_aborted_rounds_total") == 2
+
+
+def test_the_first_read_starts_history_batches_back(commit_log: JsonCommitLog) -> None:
+    for batch_id in range(10):
+        commit_log.put_decision(decision(batch_id))
+    metrics = SinkMetrics("orders", LogReader(commit_log, history=3), guard=None)
+    metrics.refresh()
+    assert value(metrics, "kafka_txn_sink_batches_total") == 3
+    commit_log.put_decision(decision(10))
+    metrics.refresh()
+    assert value(metrics, "kafka_txn_sink_batches_total") == 4
+
+
+def test_an_unreadable_log_says_so_and_changes_nothing(
+    commit_log: JsonCommitLog, tmp_path: Path
+) -> None:
+    metrics = SinkMetrics("orders", LogReader(commit_log), guard=None)
+    commit_log.put_decision(decision(0))
+    metrics.refresh()
+    (tmp_path / "log" / "decisions").rename(tmp_path / "elsewhere")
+    (tmp_path / "log" / "decisions").write_text("not a folder")
+    metrics.refresh()
+    assert value(metrics, "kafka_txn_sink_log_up") == 0
+    assert value(metrics, "kafka_txn_sink_batches_total") == 1
+
+
+def _txn(name: str, start_ms: int) -> TxnState:
+    return TxnState(name, ONGOING, 7, 0, 60_000, start_ms, (("out", 0),))
+
+
+def test_the_guard_shows_the_newest_reading_only() -> None:
+    readings: list[GuardReading | Exception] = [
+        GuardReading(
+            at_ms=100_000,
+            transactions=(
+                OpenTxn(_txn("orders-0-0", 70_000), DECIDED, age_ms=30_000, left_ms=30_000),
+                OpenTxn(_txn("orders-0-1", 90_000), STRAY, age_ms=10_000, left_ms=50_000),
+            ),
+            partitions=(PartitionLag("out", 0, behind=25, held_since_ms=70_000),),
+        ),
+        GuardReading(at_ms=130_000, transactions=(), partitions=(PartitionLag("out", 0, 0, None),)),
+        KafkaUnavailableError("no broker"),
+    ]
+
+    def guard() -> GuardReading:
+        reading = readings.pop(0)
+        if isinstance(reading, Exception):
+            raise reading
+        return reading
+
+    metrics = SinkMetrics("orders", LogReader(_empty_log()), guard)
+    metrics.refresh()
+    assert value(metrics, "kafka_txn_sink_open_transactions", state="decided") == 1
+    assert value(metrics, "kafka_txn_sink_open_transactions", state="stray") == 1
+    assert value(metrics, "kafka_txn_sink_open_transactions", state="live") == 0
+    assert value(metrics, "kafka_txn_sink_oldest_open_transaction_age_seconds") == 30
+    assert value(metrics, "kafka_txn_sink_oldest_open_transaction_timeout_left_seconds") == 30
+    assert value(metrics, "kafka_txn_sink_partition_lso_lag", topic="out", partition="0") == 25
+    assert value(metrics, "kafka_txn_sink_partition_held_seconds", topic="out", partition="0") == 30
+
+    metrics.refresh()  # the transactions ended: their series are gone, the partition caught up
+    assert value(metrics, "kafka_txn_sink_open_transactions", state="decided") == 0
+    assert value(metrics, "kafka_txn_sink_oldest_open_transaction_age_seconds") is None
+    assert value(metrics, "kafka_txn_sink_partition_lso_lag", topic="out", partition="0") == 0
+    assert (
+        value(metrics, "kafka_txn_sink_partition_held_seconds", topic="out", partition="0") is None
+    )
+    assert value(metrics, "kafka_txn_sink_guard_up") == 1
+
+    metrics.refresh()  # the brokers cannot be asked: no guard series at all, and it says so
+    assert value(metrics, "kafka_txn_sink_guard_up") == 0
+    assert value(metrics, "kafka_txn_sink_open_transactions", state="decided") is None
+
+
+def _empty_log() -> JsonCommitLog:
+    import tempfile
+
+    found = JsonCommitLog(LocalStorage(Path(tempfile.mkdtemp()) / "log"))
+    found.create(SinkMeta("orders", created_at_ms=1))
+    return found
