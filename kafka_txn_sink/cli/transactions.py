@@ -220,7 +220,7 @@ def _held_json(held: HeldBack, now: int) -> Payload:
         "last_stable_offset": held.last_stable,
         "behind": held.behind,
         "since_ms": held.since_ms,
-        "age_s": age_s(held.since_ms, now),
+        "age_s": age_s(held.since_ms, now) if held.since_ms is not None else None,
         "transactional_ids": list(held.transactional_ids),
     }
 

@@ -215,11 +215,11 @@ class _GuardCollector(Collector):
             "How long an open transaction of the sink has held the partition's last stable offset",
             labels=["sink_id", "topic", "partition"],
         )
-        for lag in reading.partitions:
-            labels = [sink, lag.topic, str(lag.partition)]
-            behind.add_metric(labels, lag.behind)
-            if lag.held_since_ms is not None:
-                held.add_metric(labels, max(0, reading.at_ms - lag.held_since_ms) / 1000)
+        for partition in reading.partitions:
+            labels = [sink, partition.topic, str(partition.partition)]
+            behind.add_metric(labels, partition.behind)
+            if partition.since_ms is not None:
+                held.add_metric(labels, max(0, reading.at_ms - partition.since_ms) / 1000)
         yield behind
         yield held
 

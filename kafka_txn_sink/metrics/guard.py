@@ -2,21 +2,21 @@
 
 One `look()` asks the brokers for the sink's open transactions (protocol/recover.py
 `sink_holdings`, as `status` and `recover` do) and for the ends of the output partitions: those
-the open transactions wrote to, and those the newest decision wrote to. Each open transaction
+the open transactions wrote to, and those the newest decision wrote to (protocol/stuck.py, as
+`status` shows them). Each open transaction
 is `decided` (a decision holds it: its batch is completing), `live` (undecided, and a run may
 still decide it) or `stray` (undecided, and no run can decide it any more: `recover` aborts it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.kafka.admin_api import TransactionAdmin, TxnState
-from kafka_txn_sink.protocol.messages import Decision, GroupOffsets, now_ms
+from kafka_txn_sink.protocol.messages import Decision, now_ms
 from kafka_txn_sink.protocol.recover import Holdings, sink_holdings
-from kafka_txn_sink.protocol.stuck import Ends
+from kafka_txn_sink.protocol.stuck import Ends, HeldBack, held_back
 
 DECIDED, LIVE, STRAY = "decided", "live", "stray"
 
@@ -32,23 +32,12 @@ class OpenTxn:
 
 
 @dataclass(frozen=True)
-class PartitionLag:
-    """An output partition: how far its last stable offset trails its high watermark, and since
-    when an open transaction of the sink has held it (None: none of the sink's does)."""
-
-    topic: str
-    partition: int
-    behind: int
-    held_since_ms: int | None
-
-
-@dataclass(frozen=True)
 class GuardReading:
     """What one look found."""
 
     at_ms: int
     transactions: tuple[OpenTxn, ...]
-    partitions: tuple[PartitionLag, ...]
+    partitions: tuple[HeldBack, ...]  # output partitions (protocol/stuck.py)
 
     def count(self, kind: str) -> int:
         """How many open transactions are of `kind`."""
@@ -79,8 +68,8 @@ def look(
         )
         for state in holdings.open
     )
-    latest = commit_log.latest_decision()
-    return GuardReading(now, transactions, _lags(holdings.open, latest, cluster))
+    watched = _output_partitions(commit_log.latest_decision())
+    return GuardReading(now, transactions, tuple(held_back(holdings.open, cluster, watched)))
 
 
 def _kind(state: TxnState, holdings: Holdings) -> str:
@@ -89,33 +78,9 @@ def _kind(state: TxnState, holdings: Holdings) -> str:
     return STRAY if state.triple in holdings.abortable else LIVE
 
 
-def _lags(
-    open_: Sequence[TxnState], latest: Decision | None, cluster: Ends
-) -> tuple[PartitionLag, ...]:
-    """The lag of every partition the open transactions or the newest decision wrote to."""
-    since: dict[tuple[str, int], int] = {}
-    for state in open_:
-        for topic_partition in state.partitions:
-            seen = since.get(topic_partition)
-            since[topic_partition] = state.start_ms if seen is None else min(seen, state.start_ms)
-    wanted: GroupOffsets = {}
-    for topic, partition in since:
-        wanted.setdefault(topic, {})[partition] = 0
-    if latest is not None:
-        for topic, parts in latest.output_ranges().items():
-            for partition in parts:
-                wanted.setdefault(topic, {})[partition] = 0
-    if not wanted:
-        return ()
-    high, stable = cluster.log_ends(wanted), cluster.log_ends(wanted, stable=True)
-    return tuple(
-        PartitionLag(
-            topic=topic,
-            partition=partition,
-            behind=max(0, high[topic][partition] - stable[topic][partition]),
-            held_since_ms=since.get((topic, partition)),
-        )
-        for topic, parts in sorted(wanted.items())
-        for partition in sorted(parts)
-        if partition in high.get(topic, {}) and partition in stable.get(topic, {})
-    )
+def _output_partitions(latest: Decision | None) -> list[tuple[str, int]]:
+    """The partitions the newest decision wrote to: watched even when no transaction of the
+    sink holds them, so a lag that another producer causes shows too."""
+    if latest is None:
+        return []
+    return [(topic, p) for topic, parts in latest.output_ranges().items() for p in parts]

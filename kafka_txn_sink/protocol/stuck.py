@@ -10,7 +10,7 @@ sink with their age against their timeout, and whether a decision holds them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,13 +28,14 @@ class Ends(Protocol):
 
 @dataclass(frozen=True)
 class HeldBack:
-    """One partition an open transaction of the sink holds back."""
+    """One partition an open transaction of the sink wrote to (or one watched besides: then
+    `since_ms` is None and `transactional_ids` empty)."""
 
     topic: str
     partition: int
     high_watermark: int
     last_stable: int
-    since_ms: int  # the start of the oldest open transaction of the sink that wrote to it
+    since_ms: int | None  # the start of the oldest open transaction of the sink that wrote to it
     transactional_ids: tuple[str, ...]
 
     @property
@@ -43,10 +44,12 @@ class HeldBack:
         return max(0, self.high_watermark - self.last_stable)
 
 
-def held_back(open_: Sequence[TxnState], cluster: Ends) -> list[HeldBack]:
-    """Each partition the sink's open transactions wrote to, with its high watermark and last
-    stable offset (those the transactions no longer hold back too: their `behind` is 0)."""
-    writers: dict[tuple[str, int], list[TxnState]] = {}
+def held_back(
+    open_: Sequence[TxnState], cluster: Ends, also: Iterable[tuple[str, int]] = ()
+) -> list[HeldBack]:
+    """Each partition the sink's open transactions wrote to, and each of `also`, with its high
+    watermark and last stable offset (those no transaction holds back too: `behind` is 0)."""
+    writers: dict[tuple[str, int], list[TxnState]] = {p: [] for p in also}
     for state in open_:
         for topic_partition in state.partitions:
             writers.setdefault(topic_partition, []).append(state)
@@ -64,7 +67,7 @@ def held_back(open_: Sequence[TxnState], cluster: Ends) -> list[HeldBack]:
                 partition=partition,
                 high_watermark=high.get(topic, {}).get(partition, -1),
                 last_stable=stable.get(topic, {}).get(partition, -1),
-                since_ms=min(s.start_ms for s in states),
+                since_ms=min((s.start_ms for s in states), default=None),
                 transactional_ids=tuple(sorted(s.transactional_id for s in states)),
             )
         )

@@ -15,10 +15,11 @@ from kafka_txn_sink.errors import KafkaUnavailableError
 from kafka_txn_sink.kafka.admin_api import ONGOING, TxnState
 from kafka_txn_sink.metrics.batches import LogReader
 from kafka_txn_sink.metrics.exporter import SinkMetrics
-from kafka_txn_sink.metrics.guard import DECIDED, STRAY, GuardReading, OpenTxn, PartitionLag
+from kafka_txn_sink.metrics.guard import DECIDED, STRAY, GuardReading, OpenTxn
 from kafka_txn_sink.protocol.messages import Abort, Completion, Decision, FileRef
 from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.protocol.stats import BatchStats, TaskCost, batch_stats
+from kafka_txn_sink.protocol.stuck import HeldBack
 from kafka_txn_sink.storage import LocalStorage
 from tests.unit.test_cli import DECIDED_AT_MS, decision, lost
 
@@ -154,9 +155,11 @@ def test_the_guard_shows_the_newest_reading_only() -> None:
                 OpenTxn(_txn("orders-0-0", 70_000), DECIDED, age_ms=30_000, left_ms=30_000),
                 OpenTxn(_txn("orders-0-1", 90_000), STRAY, age_ms=10_000, left_ms=50_000),
             ),
-            partitions=(PartitionLag("out", 0, behind=25, held_since_ms=70_000),),
+            partitions=(HeldBack("out", 0, 125, 100, 70_000, ("orders-0-0",)),),
         ),
-        GuardReading(at_ms=130_000, transactions=(), partitions=(PartitionLag("out", 0, 0, None),)),
+        GuardReading(
+            at_ms=130_000, transactions=(), partitions=(HeldBack("out", 0, 125, 125, None, ()),)
+        ),
         KafkaUnavailableError("no broker"),
     ]
 
