@@ -96,6 +96,12 @@ class SinkMetrics:
                 ("completion_seconds", "From a batch's decision to its completion marker"),
                 ("decide_seconds", "From a batch's last prepared task to its decision"),
                 ("slowest_task_seconds", "A batch's slowest task, from its start to prepared"),
+                ("decision_write_seconds", "The write of a batch's decision to the commit log"),
+                (
+                    "settle_seconds",
+                    "From the start of a batch's completion (its EndTxn rounds) "
+                    "to its completion marker",
+                ),
             )
         }
         self._gauges = {
@@ -154,6 +160,11 @@ class SinkMetrics:
             self._gauge("last_decided_timestamp_seconds", decision.decided_at_ms / 1000)
         for completed in news.completed:
             self._observe("completion_seconds", completed.seconds)
+            stats = completed.completion.stats
+            if stats is not None:
+                self._observe("settle_seconds", stats.settle_ms / 1000)
+                if stats.decision_write_ms is not None:
+                    self._observe("decision_write_seconds", stats.decision_write_ms / 1000)
             c.lost_transactions.labels(sink).inc(len(completed.completion.lost))
             c.lost_rows.labels(sink).inc(completed.lost_rows)
             c.republished.labels(sink).inc(len(completed.completion.republished))

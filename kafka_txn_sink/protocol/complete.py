@@ -45,6 +45,7 @@ from kafka_txn_sink.protocol.messages import (
     Triple,
     now_ms,
 )
+from kafka_txn_sink.protocol.stats import CompletionStats
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +91,9 @@ class Settler:
         self._deadline_s = deadline_s
         self._republisher = republisher
 
-    def complete(self, decision: Decision) -> Settled:
-        """Commit every participant of a decided batch, then write its completion marker.
+    def complete(self, decision: Decision, decision_write_ms: int | None = None) -> Settled:
+        """Commit every participant of a decided batch, then write its completion marker
+        (with `decision_write_ms`, how long this run's write of the decision took).
 
         Raises:
             TransactionCompletionError: a participant's fate is still open; nothing is written,
@@ -102,6 +104,7 @@ class Settler:
         existing = self._log.completion(decision.batch_id, decision.level)
         if existing is not None:
             return Settled(existing, newly_written=False)
+        started = time.monotonic()
         data = [p for p in decision.participants if p.progress is None]
         lost = self._commit_data(decision, data)
         republish = self._republish(decision, [p for p, _ in lost if p.files])
@@ -117,13 +120,16 @@ class Settler:
             lost=tuple(_lost(p, reason) for p, reason in lost),
             republished=republish.partitions if republish is not None else (),
             level=decision.level,
+            stats=CompletionStats(decision_write_ms, _ms_since(started)),
         )
         stored = self._log.put_completion(completion)
         return Settled(stored, newly_written=stored == completion)
 
-    def complete_or_raise_loss(self, decision: Decision) -> Completion:
+    def complete_or_raise_loss(
+        self, decision: Decision, decision_write_ms: int | None = None
+    ) -> Completion:
         """`complete`, raising once (when the loss is first recorded) if anything was lost."""
-        settled = self.complete(decision)
+        settled = self.complete(decision, decision_write_ms)
         if settled.completion.lost and settled.newly_written:
             raise TransactionLostError(_loss_message(settled.completion))
         self._log.write_hint(decision.batch_id)
@@ -461,3 +467,7 @@ def _loss_message(completion: Completion) -> str:
         f"log. Spark runs the batch again, and its replay writes these rows again (repair: the "
         f"query must produce the same rows per input partition). {' '.join(advice)}"
     ).rstrip()
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

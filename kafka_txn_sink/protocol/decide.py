@@ -31,6 +31,7 @@ to the next run. A superseded run records that it released its id slot, and stop
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 from pyspark.sql.datasource import WriterCommitMessage
@@ -153,6 +154,7 @@ class Committer:
         self._run = run
         self._cleanup = cleanup  # None: the full clean-up after every commit
         self._write = write
+        self._decision_write_ms: int | None = None  # this run's write of the decision
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
         """Decide batch `batch_id` from its tasks' messages, complete it, clean up when due: the
@@ -168,7 +170,7 @@ class Committer:
         query_id = self._query_of(tasks)
         decision = self._decided_or_decide(tasks, batch_id, query_id)
         self._abort_strays(tasks, decision)
-        completion = self._settler.complete_or_raise_loss(decision)
+        completion = self._settler.complete_or_raise_loss(decision, self._decision_write_ms)
         remember_lossless(self._log, completion)
         repaired = bool(completion.lost) or any(t.level > 0 for t in tasks)
         if repaired:
@@ -388,8 +390,10 @@ class Committer:
             CommitLogConflictError: another record holds the key (another write's decision, or
                 an abort record); nothing of the batch is published.
         """
+        started = time.monotonic()
         try:
             self._log.put_decision(decision)
+            self._decision_write_ms = int((time.monotonic() - started) * 1000)
             return decision, True
         except CommitLogConflictError:
             found = self._log.decision(decision.batch_id)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
 from kafka_txn_sink.errors import CommitLogError
-from kafka_txn_sink.protocol.stats import BatchStats
+from kafka_txn_sink.protocol.stats import BatchStats, CompletionStats
 
 FORMAT_VERSION = 2  # 2: digests and repairs; a version-1 sink refuses such records as newer
 # A decision with a progress participant (consumerGroup): a version-2 sink, which would end it
@@ -410,11 +410,14 @@ class Completion:
     version: int = FORMAT_VERSION
     republished: tuple[int, ...] = ()
     level: int = 0  # the level it settles: 0 the decision, >= 1 that repair
+    stats: CompletionStats | None = None  # what completing cost (stats.py)
 
     def to_json(self) -> bytes:
         """The record as the commit log stores it (sorted, compact JSON)."""
         body = asdict(self)
         body["lost"] = [_lost_json(x) for x in self.lost]
+        if self.stats is None:
+            body.pop("stats")  # a completion reads as it did before stats existed
         if self.republished:
             body["republished"] = list(self.republished)
         else:
@@ -441,6 +444,7 @@ class Completion:
                 version=int(body["version"]),
                 republished=tuple(int(p) for p in body.get("republished", ())),
                 level=int(body.get("level", 0)),
+                stats=CompletionStats.from_json(body["stats"]) if body.get("stats") else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(f"malformed completion record: {exc!r}") from exc

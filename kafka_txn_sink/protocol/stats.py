@@ -1,4 +1,5 @@
-"""What a batch cost, recorded with its decision: the numbers the sink's metrics are made of.
+"""What a batch cost, recorded with its decision and its completion: the numbers the sink's
+metrics are made of.
 
 The driver's code runs in short-lived Python workers, so nothing it measures would outlive the
 batch in memory; the commit log keeps it instead, in both formats, and `kafka-txn-sink metrics`
@@ -53,6 +54,32 @@ class BatchStats:
             slowest_task_ms=int(body["slowest_task_ms"]),
             decide_ms=int(body["decide_ms"]),
             margin_left_ms=int(margin) if margin is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class CompletionStats:
+    """What a batch's completion cost, as its completion marker records it.
+
+    `decision_write_ms`: the decision's put-if-absent write (None when the run that completes
+    the batch did not write its decision: a restart rolled it forward); `settle_ms`: from the
+    start of the completion to the marker (the EndTxn rounds, a republish, the progress).
+    """
+
+    decision_write_ms: int | None
+    settle_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The statistics as the completion's `stats` object."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> CompletionStats:
+        """The statistics of a completion's `stats` object."""
+        written = body.get("decision_write_ms")
+        return cls(
+            decision_write_ms=int(written) if written is not None else None,
+            settle_ms=int(body["settle_ms"]),
         )
 
 

@@ -7,6 +7,7 @@ through Prometheus' query API, not from the endpoint."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -21,6 +22,9 @@ from tests.e2e.harness import Pipeline, assert_exactly_once, kill_group, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
+DASHBOARD = (
+    Path(__file__).resolve().parents[2] / "examples" / "grafana" / "kafka_txn_sink_dashboard.json"
+)
 N = 500  # batch 0 of 400 rows (maxOffsetsPerTrigger), batch 1 of 100
 SCRAPE_S = 0.5
 
@@ -72,6 +76,30 @@ def eventually(
         time.sleep(0.25)
 
 
+def assert_dashboard_queries_answer(prometheus: Prometheus, sink_id: str) -> None:
+    """Every query of the Grafana dashboard in examples/ evaluates on this Prometheus, and those
+    of the panels that always have data (throughput, latency, lag, open transactions) have it."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    empty = []
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = (
+                target["expr"]
+                .replace("$sink_id", sink_id)
+                .replace("$__rate_interval", "1m")
+                .replace("$__range", "10m")
+            )
+            if not prometheus.query(expr):
+                empty.append((panel["title"], expr))
+    always = {
+        "Rows committed per second",
+        "Commit latency (decision to completion)",
+        "Read_committed lag (high watermark - last stable offset)",
+        "Open transactions",
+    }
+    assert not [title for title, _ in empty if title in always], empty
+
+
 def test_prometheus_sees_a_frozen_batch_then_every_row_once_after_the_kill(
     pipeline: Pipeline, prometheus: Prometheus, exporter_port: int
 ) -> None:
@@ -104,7 +132,9 @@ def test_prometheus_sees_a_frozen_batch_then_every_row_once_after_the_kill(
         decided = len(pipeline.open_log().decided_batches())
         eventually(prometheus, f"kafka_txn_sink_batches_total{{{sink}}}", lambda v: v == decided)
         assert prometheus.value(f"kafka_txn_sink_rows_total{{{sink}}}") == report.seen == N
-        assert prometheus.value(f"kafka_txn_sink_completion_seconds_count{{{sink}}}") == decided
+        for step in ("completion", "decide", "slowest_task", "decision_write", "settle"):
+            count = prometheus.value(f"kafka_txn_sink_{step}_seconds_count{{{sink}}}")
+            assert count == decided, step
         assert prometheus.value(f"kafka_txn_sink_incomplete_batches{{{sink}}}") == 0
         assert prometheus.value(f"kafka_txn_sink_lost_rows_total{{{sink}}}") == 0
         bytes_sent = prometheus.value(f"kafka_txn_sink_record_bytes_total{{{sink}}}")
@@ -114,6 +144,7 @@ def test_prometheus_sees_a_frozen_batch_then_every_row_once_after_the_kill(
         assert prometheus.query(f"kafka_txn_sink_partition_held_seconds{{{sink}}}") == []
         assert prometheus.value(f"max(kafka_txn_sink_partition_lso_lag{{{sink}}})") == 0
         assert prometheus.value(f"kafka_txn_sink_guard_up{{{sink}}}") == 1
+        assert_dashboard_queries_answer(prometheus, pipeline.sink_id)
     except BaseException:
         print(tail(pipeline.workdir / "exporter.log"))
         raise

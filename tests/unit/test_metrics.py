@@ -18,7 +18,7 @@ from kafka_txn_sink.metrics.exporter import SinkMetrics
 from kafka_txn_sink.metrics.guard import DECIDED, STRAY, GuardReading, OpenTxn
 from kafka_txn_sink.protocol.messages import Abort, Completion, Decision, FileRef
 from kafka_txn_sink.protocol.run_records import SinkMeta
-from kafka_txn_sink.protocol.stats import BatchStats, TaskCost, batch_stats
+from kafka_txn_sink.protocol.stats import BatchStats, CompletionStats, TaskCost, batch_stats
 from kafka_txn_sink.protocol.stuck import HeldBack
 from kafka_txn_sink.storage import LocalStorage
 from tests.unit.test_cli import DECIDED_AT_MS, decision, lost
@@ -62,6 +62,9 @@ def test_stats_survive_the_log_and_do_not_make_a_decision_different(
     assert ours.stats is not None
     commit_log.put_decision(replace(ours, stats=replace(ours.stats, decide_ms=99)))
     assert commit_log.decision(0) == ours  # the first one stays
+    completion = Completion("orders", 0, DECIDED_AT_MS, stats=CompletionStats(None, 75))
+    assert commit_log.put_completion(completion) == completion
+    assert commit_log.completion(0) == completion
     assert Decision.from_json(decision(0).to_json()).stats is None  # a record without reads so
 
 
@@ -76,7 +79,8 @@ def test_each_batch_counts_once_across_reads(commit_log: JsonCommitLog) -> None:
     metrics = SinkMetrics("orders", LogReader(commit_log), guard=None)
     commit_log.put_decision(with_stats(0))
     commit_log.put_decision(with_stats(1))
-    commit_log.put_completion(Completion("orders", 0, DECIDED_AT_MS + 500))
+    completed = CompletionStats(decision_write_ms=30, settle_ms=120)
+    commit_log.put_completion(Completion("orders", 0, DECIDED_AT_MS + 500, stats=completed))
     metrics.refresh()
     metrics.refresh()  # nothing new: nothing added
     assert value(metrics, "kafka_txn_sink_batches_total") == 2
@@ -87,6 +91,9 @@ def test_each_batch_counts_once_across_reads(commit_log: JsonCommitLog) -> None:
     assert value(metrics, "kafka_txn_sink_completion_seconds_count") == 1
     assert value(metrics, "kafka_txn_sink_completion_seconds_sum") == 0.5
     assert value(metrics, "kafka_txn_sink_margin_left_seconds") == 52
+    assert value(metrics, "kafka_txn_sink_decision_write_seconds_sum") == 0.03
+    assert value(metrics, "kafka_txn_sink_settle_seconds_sum") == 0.12
+    assert value(metrics, "kafka_txn_sink_decide_seconds_sum") == 0.08  # two batches' 40 ms
     assert value(metrics, "kafka_txn_sink_log_up") == 1
 
     # Batch 1 completes with a participant lost; batch 2 arrives without statistics.
