@@ -119,8 +119,10 @@ class EosStats:
 
 
 _EOS_KEY = '"eos":'
-# The top-level counter comes before the brokers' and topics' objects, which have none.
-_SENT_BYTES = re.compile(r'"txmsg_bytes":\s*(\d+)')
+# librdkafka writes the top-level totals after the brokers' and topics' objects (which have no
+# such key), so the key is looked for from the end, like the eos object.
+_SENT_BYTES_KEY = '"txmsg_bytes":'
+_DIGITS = re.compile(r"\s*(\d+)")
 _DECODER = json.JSONDecoder()
 
 
@@ -144,5 +146,6 @@ def eos_of(raw: str) -> dict[str, Any]:
 def sent_bytes_of(raw: str) -> int:
     """The producer's `txmsg_bytes` of a statistics sample: the bytes of every record it sent
     (after compression, framing included); 0 when the sample has none."""
-    found = _SENT_BYTES.search(raw)
+    at = raw.rfind(_SENT_BYTES_KEY)
+    found = _DIGITS.match(raw, at + len(_SENT_BYTES_KEY)) if at >= 0 else None
     return int(found.group(1)) if found else 0

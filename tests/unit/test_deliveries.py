@@ -4,11 +4,12 @@ what the per-partition reports of `send_many` keep: first and last offset, every
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Producer
 
-from kafka_txn_sink.kafka.deliveries import Deliveries, PartitionReports, eos_of
+from kafka_txn_sink.kafka.deliveries import Deliveries, PartitionReports, eos_of, sent_bytes_of
 
 
 @dataclass
@@ -134,3 +135,25 @@ def test_a_sample_in_another_order_is_read_whole() -> None:
 
 def test_a_sample_without_eos_gives_nothing() -> None:
     assert eos_of(stats_sample({"eos": 2}, None)) == {}
+
+
+def test_the_bytes_sent_are_the_top_level_total_of_a_real_sample() -> None:
+    """librdkafka's own sample (a producer with no reachable broker, so 0 sent), and the same
+    shape with a total: the top-level `txmsg_bytes`, which librdkafka writes after the topics."""
+    samples: list[str] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": "127.0.0.1:9",
+            "statistics.interval.ms": 100,
+            "stats_cb": samples.append,
+            "log_level": 0,
+        }
+    )
+    deadline = time.monotonic() + 10
+    while not samples and time.monotonic() < deadline:
+        producer.poll(0.1)
+    raw = samples[0]
+    assert raw.index('"txmsg_bytes"') > raw.index('"topics"')
+    assert sent_bytes_of(raw) == 0
+    assert sent_bytes_of(raw.replace('"txmsg_bytes":0', '"txmsg_bytes":4243816')) == 4243816
+    assert sent_bytes_of(stats_sample({"orders": 3}, EOS)) == 0  # a sample without the key
