@@ -133,6 +133,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": round(time.monotonic() - started, 2),
         "batches": [p["batchId"] for p in progress],
         "rows": sum(p.numInputRows for p in progress),  # over Connect the key is None
+        # What Spark's own progress says of the sink: rows written, and its description.
+        "sink_rows": sum(p.sink.numOutputRows for p in progress),
+        "sink": progress[-1].sink.description if progress else None,
         "spark": spark.version,
         "writer": None if args.remote else local_writer(),
         "sink_imported": sink_imported,

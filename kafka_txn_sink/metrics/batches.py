@@ -1,7 +1,9 @@
 """The batches a commit log records, read as they arrive: what the sink's counters add up.
 
 `LogReader.read()` returns what is new since its last call: each batch whose decision appeared
-(`Decided`), each batch whose completion appeared (`Completed`), and repairs recorded since. It
+(`Decided`), each batch whose completion appeared (`Completed`), repairs recorded since, and
+abort records (a failed attempt of a batch, with its cause) of the decided batches and of the
+batch after the newest. It
 remembers only the newest batch it has seen and the batches still incomplete, so a scrape reads
 the log's new records, not all of it, and a vacuum that removes old records takes nothing back
 from a total already counted. Its first read starts `history` batches before the newest (a log
@@ -14,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kafka_txn_sink.commit_log import CommitLog
-from kafka_txn_sink.protocol.messages import Completion, Decision
+from kafka_txn_sink.protocol.messages import Abort, Completion, Decision
 from kafka_txn_sink.protocol.repair import batch_levels
 
 
@@ -76,6 +78,7 @@ class News:
     decided: tuple[Decided, ...] = ()
     completed: tuple[Completed, ...] = ()
     repaired: tuple[Repaired, ...] = ()
+    aborted: tuple[Abort, ...] = ()
 
 
 @dataclass
@@ -88,6 +91,7 @@ class LogReader:
     _newest: int | None = None  # the newest batch whose decision was seen
     _incomplete: dict[int, Decision] = field(default_factory=dict)
     _repairs: dict[int, int] = field(default_factory=dict)  # batch -> repair levels seen
+    _aborts: dict[int, int] = field(default_factory=dict)  # batch -> abort records seen
 
     def read(self) -> News:
         """What the log records since the last call (everything, the first time).
@@ -98,6 +102,7 @@ class LogReader:
         fresh = self.commit_log.decisions(after=self._after())
         completed = self._completions(list(self._incomplete.values()) + fresh)
         repaired = self._repaired(fresh)
+        aborted = self._aborted(fresh)
         # Only now, when every read succeeded: a failed call changes nothing.
         done = {c.decision.batch_id for c in completed}
         for decision in fresh:
@@ -107,10 +112,13 @@ class LogReader:
             self._incomplete.pop(batch_id, None)
         for repair in repaired:
             self._repairs[repair.batch_id] = self._repairs.get(repair.batch_id, 0) + repair.levels
+        for abort in aborted:
+            self._aborts[abort.batch_id] = max(self._aborts.get(abort.batch_id, 0), abort.round + 1)
         if fresh:
             self._newest = fresh[-1].batch_id
         self._started = True
-        return News(tuple(Decided(d) for d in fresh), tuple(completed), tuple(repaired))
+        decided = tuple(Decided(d) for d in fresh)
+        return News(decided, tuple(completed), tuple(repaired), tuple(aborted))
 
     @property
     def newest(self) -> int | None:
@@ -148,6 +156,21 @@ class LogReader:
             if len(levels) > seen:
                 new = levels[seen:]
                 found.append(Repaired(decision.batch_id, len(new), sum(d.rows for d in new)))
+        return found
+
+    def _aborted(self, fresh: list[Decision]) -> list[Abort]:
+        """Abort records not seen before: the rounds a new decision's batch closed before it,
+        and those of the batch after the newest decided one (failing now, perhaps again)."""
+        rounds = [(d.batch_id, d.round) for d in fresh]
+        newest = fresh[-1].batch_id if fresh else self._newest
+        following = 0 if newest is None else newest + 1
+        rounds.append((following, self.commit_log.settled(following)[1]))
+        found = []
+        for batch_id, closed in rounds:
+            for round_ in range(self._aborts.get(batch_id, 0), closed):
+                record = self.commit_log.outcome(batch_id, round_)
+                if isinstance(record, Abort):
+                    found.append(record)
         return found
 
     def _newest_decision(self) -> Decision | None:

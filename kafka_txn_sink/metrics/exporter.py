@@ -25,6 +25,7 @@ from kafka_txn_sink.metrics.guard import DECIDED, LIVE, STRAY, GuardReading
 log = logging.getLogger(__name__)
 
 PREFIX = "kafka_txn_sink"
+NO_CAUSE = "none"  # an abort record without a cause: commit() raised nothing
 SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
 
 
@@ -42,6 +43,7 @@ class _Counters:
     lost_transactions: Counter
     lost_rows: Counter
     republished: Counter
+    failed_attempts: Counter
 
 
 def _counters(registry: CollectorRegistry) -> _Counters:
@@ -68,6 +70,13 @@ def _counters(registry: CollectorRegistry) -> _Counters:
         lost_rows=counter("lost_rows", "Rows of those transactions"),
         republished=counter(
             "republished", "Aborted transactions whose file references were published again"
+        ),
+        failed_attempts=Counter(
+            f"{PREFIX}_failed_attempts",
+            "Attempts of a batch that ended in an abort record, by the kind of error its "
+            "commit raised (none: the tasks failed or Spark stopped the batch first)",
+            ["sink_id", "cause"],
+            registry=registry,
         ),
     )
 
@@ -168,6 +177,8 @@ class SinkMetrics:
             c.lost_transactions.labels(sink).inc(len(completed.completion.lost))
             c.lost_rows.labels(sink).inc(completed.lost_rows)
             c.republished.labels(sink).inc(len(completed.completion.republished))
+        for abort in news.aborted:
+            c.failed_attempts.labels(sink, abort.cause or NO_CAUSE).inc()
         for repaired in news.repaired:
             c.repairs.labels(sink).inc(repaired.levels)
             c.repaired_rows.labels(sink).inc(repaired.rows)

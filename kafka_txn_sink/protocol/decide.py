@@ -50,6 +50,7 @@ from kafka_txn_sink.errors import (
 )
 from kafka_txn_sink.kafka.admin_api import TransactionAdmin
 from kafka_txn_sink.options import SinkOptions
+from kafka_txn_sink.protocol import causes
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import (
     FORMAT_VERSION,
@@ -108,8 +109,9 @@ def commit_batch(
             committer.abort_prepared(messages)
             release(options.sink_id, session.commit_log, run)
             raise
-        except BaseException:
+        except BaseException as exc:
             schedule.make_due("the previous commit failed")
+            causes.leave(options.sink_id, batch_id, exc)
             raise
         if write is not None:
             release(options.sink_id, session.commit_log, run)
@@ -123,9 +125,10 @@ def abort_batch(
 ) -> None:
     """Spark's `abort(messages, batchId)`: abort what the tasks prepared, unless decided."""
     cleanup_schedule(options).make_due("a batch was aborted")
+    cause = causes.take(options.sink_id, batch_id)
     with driver_session(options) as session:
         Committer(options, session.commit_log, session.txn_admin, session.settler, run).abort(
-            messages, batch_id
+            messages, batch_id, cause
         )
 
 
@@ -225,7 +228,12 @@ class Committer:
         failpoints.fire("driver.before_group_commit", decision.batch_id)
         commit_across(self._options, decision.batch_id)
 
-    def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
+    def abort(
+        self,
+        messages: Sequence[WriterCommitMessage | None],
+        batch_id: int,
+        cause: str | None = None,
+    ) -> None:
         """Close the batch's open round, then abort each prepared transaction that no decision
         holds; never touch a decided one, nor anything while the outcome is unknown.
 
@@ -237,7 +245,7 @@ class Committer:
         tasks = [m for m in messages if isinstance(m, TaskCommit)]
         repairing = any(t.level for t in tasks)
         try:
-            decision = self._close_round(tasks, batch_id)
+            decision = self._close_round(tasks, batch_id, cause)
         except CommitLogError as exc:
             log.error(
                 "batch %d of sink %s: its outcome is unknown (%s); nothing is aborted: the next "
@@ -258,7 +266,9 @@ class Committer:
         if len(tasks) < len(messages) or not messages or progress_left:
             self._clean_up()
 
-    def _close_round(self, tasks: Sequence[TaskCommit], batch_id: int) -> Decision | None:
+    def _close_round(
+        self, tasks: Sequence[TaskCommit], batch_id: int, cause: str | None
+    ) -> Decision | None:
         """The batch's decision if one holds its outcome key, else None once an abort record
         closed the round a decision still in flight could take.
 
@@ -270,7 +280,7 @@ class Committer:
             return decision
         prepared = tuple(t.prepared_triple for t in tasks if t.status == "prepared")
         record = Abort(
-            self._options.sink_id, batch_id, round_, prepared, now_ms(), run=self._run.run
+            self._options.sink_id, batch_id, round_, prepared, now_ms(), self._run.run, cause=cause
         )
         holder = self._log.put_abort(record)
         return holder if isinstance(holder, Decision) else None

@@ -284,11 +284,15 @@ class Abort:
     recorded_at_ms: int
     run: int | None = None
     version: int = FORMAT_VERSION
+    # The kind of error the batch's commit() raised (causes.py); None: it raised none.
+    cause: str | None = None
 
     def to_json(self) -> bytes:
         """The record as the commit log stores it (sorted, compact JSON)."""
         body = {f.name: getattr(self, f.name) for f in fields(self)}
         body["aborted"] = [t.to_json() for t in self.aborted]
+        if self.cause is None:
+            body.pop("cause")  # the record reads as it did before causes existed
         return dump_record("abort", body)
 
     @classmethod
@@ -308,6 +312,7 @@ class Abort:
                 recorded_at_ms=int(body["recorded_at_ms"]),
                 run=int(body["run"]) if body.get("run") is not None else None,
                 version=int(body["version"]),
+                cause=str(body["cause"]) if body.get("cause") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(f"malformed abort record: {exc!r}") from exc

@@ -145,6 +145,7 @@ def test_files_partitioned_and_referenced_exactly_once(files_pipeline: Pipeline)
 
     assert outcome.returncode == 0, outcome.error
     named = assert_files_exactly_once(files_pipeline, ids)
+    assert outcome.result["sink_rows"] == len(ids)  # Spark's progress counts files mode's rows
     partitions = {
         Path(loc).parent.relative_to(files_pipeline.workdir / "files").as_posix() for loc in named
     }

@@ -128,6 +128,12 @@ def test_prometheus_sees_a_frozen_batch_then_every_row_once_after_the_kill(
         outcome = pipeline.run()
         assert outcome.returncode == 0, outcome.error
         report = assert_exactly_once(pipeline, ids)
+        # Spark's own progress counts the rows the restarted query wrote (batch 1, replayed),
+        # and describes every Python sink by Spark's class name (PythonTable has no toString).
+        first = pipeline.open_log().decision(0)
+        assert first is not None
+        assert outcome.result["sink_rows"] == N - first.rows
+        assert str(outcome.result["sink"]).startswith("PythonTable@")
 
         decided = len(pipeline.open_log().decided_batches())
         eventually(prometheus, f"kafka_txn_sink_batches_total{{{sink}}}", lambda v: v == decided)

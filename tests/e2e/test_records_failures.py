@@ -107,6 +107,9 @@ def test_fenced_participant_fails_the_batch_before_the_decision(pipeline: Pipeli
     )
     assert_only_earlier_batches_visible(pipeline, ids, batch_id=1)
     assert open_transactions(pipeline.bootstrap, pipeline.sink_id) == []
+    # Spark's abort() after the refused commit recorded why (the metrics count it by kind).
+    closed = pipeline.open_log().outcome(1, 0)
+    assert isinstance(closed, Abort) and closed.cause == "ParticipantNotCommittableError"
 
     restarted = pipeline.run()
 

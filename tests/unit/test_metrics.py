@@ -11,11 +11,12 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_txn_sink.commit_log import JsonCommitLog
-from kafka_txn_sink.errors import KafkaUnavailableError
+from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
 from kafka_txn_sink.kafka.admin_api import ONGOING, TxnState
 from kafka_txn_sink.metrics.batches import LogReader
 from kafka_txn_sink.metrics.exporter import SinkMetrics
 from kafka_txn_sink.metrics.guard import DECIDED, STRAY, GuardReading, OpenTxn
+from kafka_txn_sink.protocol import causes
 from kafka_txn_sink.protocol.messages import Abort, Completion, Decision, FileRef
 from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.protocol.stats import BatchStats, CompletionStats, TaskCost, batch_stats
@@ -206,3 +207,40 @@ def _empty_log() -> JsonCommitLog:
     found = JsonCommitLog(LocalStorage(Path(tempfile.mkdtemp()) / "log"))
     found.create(SinkMeta("orders", created_at_ms=1))
     return found
+
+
+def test_failed_attempts_count_once_by_cause_while_failing_and_once_decided(
+    commit_log: JsonCommitLog,
+) -> None:
+    metrics = SinkMetrics("orders", LogReader(commit_log), guard=None)
+    commit_log.put_decision(decision(0))
+    # Batch 1 fails twice before it is decided: its commit was refused once, its tasks failed
+    # once (no cause).
+    commit_log.put_abort(Abort("orders", 1, 0, (), DECIDED_AT_MS, cause="TransactionTooOldError"))
+    metrics.refresh()
+    assert (
+        value(metrics, "kafka_txn_sink_failed_attempts_total", cause="TransactionTooOldError") == 1
+    )
+    commit_log.put_abort(Abort("orders", 1, 1, (), DECIDED_AT_MS))
+    metrics.refresh()
+    commit_log.put_decision(replace(decision(1), round=2))
+    metrics.refresh()
+    metrics.refresh()
+    assert (
+        value(metrics, "kafka_txn_sink_failed_attempts_total", cause="TransactionTooOldError") == 1
+    )
+    assert value(metrics, "kafka_txn_sink_failed_attempts_total", cause="none") == 1
+    assert value(metrics, "kafka_txn_sink_aborted_rounds_total") == 2
+    assert value(metrics, "kafka_txn_sink_batches_total") == 2
+
+
+def test_commit_leaves_its_error_kind_for_abort_and_only_the_kind() -> None:
+    secret = ConfigError("sasl.password=hunter2 is wrong")
+    causes.leave("orders", 7, secret)
+    assert causes.take("orders", 7) == "ConfigError"
+    assert causes.take("orders", 7) is None  # taken once
+    causes.leave("orders", 8, KeyError("x"))
+    assert causes.take("orders", 8) == causes.OTHER
+    abort = Abort("orders", 7, 0, (), DECIDED_AT_MS, cause="ConfigError")
+    assert Abort.from_json(abort.to_json()) == abort
+    assert b"cause" not in replace(abort, cause=None).to_json()
