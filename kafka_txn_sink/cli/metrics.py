@@ -95,7 +95,10 @@ def cmd_metrics(args: argparse.Namespace, out: Output) -> int:
         if args.once:
             sys.stdout.write(generate_latest(metrics.registry).decode())
             return OK
-        server, _ = start_http_server(port, host, registry=metrics.registry)
+        try:
+            server, _ = start_http_server(port, host, registry=metrics.registry)
+        except OSError as exc:
+            raise CliError(f"--listen {args.listen}: cannot serve there ({exc.strerror})") from exc
         print(f"serving {sink_id}'s metrics on http://{args.listen}/metrics", flush=True)
         try:
             _refresh_until_stopped(metrics, args.interval, args.duration)
@@ -126,8 +129,9 @@ class _Guard:
         try:
             if self._clients is None:
                 args = self._args
+                txn_admin = brokers(args)  # first: it fails at once when nothing answers
                 cluster = Cluster(args.bootstrap, kafka_settings(args), args.timeout_ms)
-                self._clients = (brokers(args), cluster)
+                self._clients = (txn_admin, cluster)
             txn_admin, cluster = self._clients
             return look(self._sink_id, self._log, txn_admin, cluster)
         except KafkaTxnSinkError:

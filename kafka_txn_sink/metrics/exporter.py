@@ -133,19 +133,23 @@ class SinkMetrics:
 
     def refresh(self) -> None:
         """Read the log's news and take a new guard reading; a failed read says so (`*_up`)."""
+        # Any error, not only the sink's own: an exporter that stopped would show nothing at
+        # all, while one that says `*_up 0` shows where to look.
         try:
             self._count(self._reader.read())
             self._gauge("log_up", 1)
-        except KafkaTxnSinkError as exc:
-            log.warning("the commit log could not be read: %s", exc)
+        except Exception as exc:
+            log.warning("the commit log could not be read: %s", _described(exc))
             self._gauge("log_up", 0)
         if self._guard is None:
             return
         try:
             self._reading = self._guard()
             self._gauge("guard_up", 1)
-        except KafkaTxnSinkError as exc:
-            log.warning("the brokers could not be asked about the sink's transactions: %s", exc)
+        except Exception as exc:
+            log.warning(
+                "the brokers could not be asked about the sink's transactions: %s", _described(exc)
+            )
             self._reading = None
             self._gauge("guard_up", 0)
 
@@ -244,6 +248,12 @@ class _GuardCollector(Collector):
                 held.add_metric(labels, max(0, reading.at_ms - partition.since_ms) / 1000)
         yield behind
         yield held
+
+
+def _described(exc: Exception) -> str:
+    """The sink's own errors by their message (which names what to do); others by their class
+    alone, as their text may carry a setting's value."""
+    return str(exc) if isinstance(exc, KafkaTxnSinkError) else f"{type(exc).__name__} (unexpected)"
 
 
 def _single(name: str, doc: str, sink_id: str, value: float) -> GaugeMetricFamily:

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kafka_txn_sink import cli
 from kafka_txn_sink.commit_log import JsonCommitLog
 from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
 from kafka_txn_sink.kafka.admin_api import ONGOING, TxnState
@@ -244,3 +245,19 @@ def test_commit_leaves_its_error_kind_for_abort_and_only_the_kind() -> None:
     abort = Abort("orders", 7, 0, (), DECIDED_AT_MS, cause="ConfigError")
     assert Abort.from_json(abort.to_json()) == abort
     assert b"cause" not in replace(abort, cause=None).to_json()
+
+
+def test_the_command_prints_one_scrape_and_says_the_brokers_were_not_reached(
+    commit_log: JsonCommitLog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    commit_log.put_decision(with_stats(0))
+    where = commit_log.uri.removeprefix("file://")
+    args = ["metrics", "--log", where, "--bootstrap", "127.0.0.1:9", "--timeout-ms", "1000"]
+    assert cli.main([*args, "--once"]) == 0
+    out = capsys.readouterr().out
+    assert 'kafka_txn_sink_rows_total{sink_id="orders"} 30.0' in out
+    assert 'kafka_txn_sink_guard_up{sink_id="orders"} 0.0' in out
+    assert "kafka_txn_sink_open_transactions" not in out  # no guess while it cannot look
+
+    assert cli.main([*args, "--listen", "9464"]) == 2
+    assert "--listen must be HOST:PORT, not '9464'" in capsys.readouterr().err
