@@ -127,6 +127,14 @@ HEADER_COLUMNS = Option(
     "comma-separated string or binary columns, each written as a header of its name after the "
     "`headers` column's (records mode; a null cell is a header without a value)",
 )
+PROVENANCE_HEADERS = Option(
+    "provenanceHeaders",
+    "`true`: each record also gets headers `kts.sink` (the sink id), `kts.batch` (the batch id), "
+    "`kts.task` (the Spark partition) and `kts.seq` (the row's ordinal in its task), after every "
+    "other header, so readers that cannot read transactionally can audit and de-duplicate "
+    "(records mode; records then go one by one, not through the columnar fast path)",
+    "`false`",
+)
 KAFKA_SETTINGS = Option(
     "kafka.<librdkafka setting>",
     "passed to the producer (e.g. `kafka.linger.ms`, `kafka.compression.type`, SASL/TLS settings)",
@@ -149,6 +157,7 @@ OPTIONS: tuple[Option, ...] = (
     S3_PATH_STYLE,
     WRITE_ID,
     HEADER_COLUMNS,
+    PROVENANCE_HEADERS,
     KAFKA_SETTINGS,
     *FILES_OPTIONS,
     *SERDE_OPTIONS,
@@ -216,6 +225,7 @@ class SinkOptions:
     serde: SerdeOptions = field(default_factory=SerdeOptions)  # records' key and value formats
     progress: GroupOptions | None = None  # option consumerGroup
     header_columns: tuple[str, ...] = ()  # option headerColumns
+    provenance_headers: bool = False  # option provenanceHeaders
     create_topics: TopicCreation | None = None  # option createTopics
 
     @property
@@ -338,10 +348,13 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         header_columns=tuple(
             c.strip() for c in options.get(HEADER_COLUMNS.key, "").split(",") if c.strip()
         ),
+        provenance_headers=truthy(options.get(PROVENANCE_HEADERS.key, "false")),
         create_topics=parse_topic_options(options),
     )
     if parsed.header_columns and not parsed.records_mode:
         raise ConfigError(f"option {HEADER_COLUMNS} is for records mode (option {TOPIC})")
+    if parsed.provenance_headers and not parsed.records_mode:
+        raise ConfigError(f"option {PROVENANCE_HEADERS} is for records mode (option {TOPIC})")
     if parsed.serde.uses_registry and not parsed.records_mode:
         raise ConfigError(
             f"options {KEY_FORMAT} and {VALUE_FORMAT} are for records mode (option {TOPIC}); "

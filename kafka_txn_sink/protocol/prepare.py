@@ -40,6 +40,7 @@ from kafka_txn_sink.protocol.task_commit import TaskCommit
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.records.columns import Columns
 from kafka_txn_sink.records.output import RecordsOutput
+from kafka_txn_sink.records.provenance import Provenance
 from kafka_txn_sink.serde.resolve import Encodings, schema_uses
 
 # A batch write's decision carries `write:{writeId}` as its query id: never a Spark query id.
@@ -259,7 +260,14 @@ def open_outputs(
     if plan.columns is not None:
         references = files.references_topic if files is not None else None
         encodings = encodings_of(plan, task.batch_id)
-        records = RecordsOutput(txn, plan.columns, plan.options.topic, references, encodings)
+        provenance = (
+            Provenance(plan.options.sink_id, task.batch_id, task.partition)
+            if plan.options.provenance_headers
+            else None
+        )
+        records = RecordsOutput(
+            txn, plan.columns, plan.options.topic, references, encodings, provenance
+        )
         outputs.append(records)
     if plan.files_plan is not None and not records_only:
         # Imported here: a records-only sink never loads files mode (fastavro, the Avro stack).

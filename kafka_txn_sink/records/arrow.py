@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from kafka_txn_sink.errors import InputError
-from kafka_txn_sink.protocol.output import Transaction
 from kafka_txn_sink.records.columns import Columns, Routing, checked_timestamp
+from kafka_txn_sink.records.digest import DigestingTransaction
+from kafka_txn_sink.records.provenance import Provenance
 from kafka_txn_sink.serde.encode import Encoders
 
 Headers = list[tuple[str, bytes | None]]
@@ -98,16 +99,21 @@ def bytes_list(array: pa.Array, column: str) -> list[bytes | None]:
 
 
 def send_batch(
-    txn: Transaction, records: RecordColumns, routing: Routing, first_row: int = 0
+    txn: DigestingTransaction,
+    records: RecordColumns,
+    routing: Routing,
+    first_row: int = 0,
+    provenance: Provenance | None = None,
 ) -> None:
     """Produce every record of one batch in the task's transaction `txn`, each to the topic
-    `routing` gives it; the batch's first row is row `first_row` of the task.
+    `routing` gives it; the batch's first row is row `first_row` of the task. With
+    `provenance`, each record gets its provenance headers (records/provenance.py).
 
     Raises:
         InputError: a record has no topic (null `topic` column and no `topic` option), or its
             `topic` column names the references topic.
     """
-    if records.simple and routing.default_topic is not None:
+    if records.simple and routing.default_topic is not None and provenance is None:
         txn.send_many(routing.default_topic, records.values, records.keys)
         return
     for index, value in enumerate(records.values):
@@ -120,6 +126,7 @@ def send_batch(
             partition=records.partitions[index] if records.partitions is not None else None,
             headers=records.headers[index] if records.headers is not None else None,
             timestamp_ms=records.timestamps[index] if records.timestamps is not None else None,
+            undigested=provenance.headers(first_row + index) if provenance is not None else None,
         )
 
 

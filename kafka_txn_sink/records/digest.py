@@ -60,10 +60,13 @@ class DigestingTransaction:
         partition: int | None = None,
         headers: Headers | None = None,
         timestamp_ms: int | None = None,
+        undigested: Headers | None = None,
     ) -> None:
         """Produce one record into the transaction, and digest it (its timestamp too, when
-        the row gives one: a replay of the same rows gives the same)."""
-        self._txn.send(topic, value, key, partition, headers, timestamp_ms)
+        the row gives one: a replay of the same rows gives the same). `undigested` headers go
+        after `headers` into the record but not into the digest (records/provenance.py)."""
+        sent = headers if not undigested else [*(headers or []), *undigested]
+        self._txn.send(topic, value, key, partition, sent, timestamp_ms)
         seed = _key_seed(key, self._topic_seed(topic))
         if partition is not None or headers:
             seed = _hash64(repr((partition, headers)).encode(), seed)

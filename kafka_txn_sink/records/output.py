@@ -3,7 +3,8 @@
 Rows come from the row writer (as tuples, a group at a time) or as Arrow record batches (the
 Arrow writer, PySpark 4.1+); either way each record is produced into the task's transaction,
 with the columns `value`, `key`, `topic`, `partition` and `headers` as Spark's own Kafka sink
-reads them (option `topic` wins over the column; no row goes to files mode's references topic).
+reads them (option `topic` wins over the column; no row goes to files mode's references topic),
+and with option provenanceHeaders the record's provenance (records/provenance.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from kafka_txn_sink.records.columns import (
     checked_timestamp,
 )
 from kafka_txn_sink.records.digest import DigestingTransaction
+from kafka_txn_sink.records.provenance import Provenance
 from kafka_txn_sink.serde.encode import Encoders
 from kafka_txn_sink.serde.resolve import Encodings
 from kafka_txn_sink.serde.timestamps import instant_converter
@@ -44,14 +46,17 @@ class RecordsOutput:
         default_topic: str | None,
         reserved_topic: str | None = None,
         encodings: Encodings | None = None,
+        provenance: Provenance | None = None,
     ):
         """`default_topic` is option topic; no row may go to `reserved_topic` (files mode's
-        references topic); `encodings`: the key's and value's registry formats, if any."""
+        references topic); `encodings`: the key's and value's registry formats, if any;
+        `provenance`: the task's, for option provenanceHeaders."""
         self._txn = DigestingTransaction(txn)
         self._columns = columns
         self._encoders = Encoders(encodings)
         self._routing = Routing(default_topic, reserved_topic)
-        self._bulk_topic = default_topic if columns.simple else None
+        self._provenance = provenance
+        self._bulk_topic = default_topic if columns.simple and provenance is None else None
         stamped = columns.timestamp is not None
         self._instant = instant_converter(from_row_writer=True) if stamped else None
         self._rows = 0  # rows taken so far: a failing row's position in the task's input
@@ -84,7 +89,7 @@ class RecordsOutput:
             InputError: a column has a type the sink cannot write, or a row has no topic.
         """
         records = record_columns(batch, self._columns, self._encoders, self._rows)
-        send_batch(self._txn, records, self._routing, self._rows)
+        send_batch(self._txn, records, self._routing, self._rows, self._provenance)
         self._rows += batch.num_rows
 
     def close(self) -> tuple[FileRef, ...]:
@@ -124,6 +129,7 @@ class RecordsOutput:
             partition=row[cols.partition] if cols.partition is not None else None,
             headers=headers,
             timestamp_ms=self._timestamp_ms(row),
+            undigested=self._provenance.headers(position) if self._provenance else None,
         )
 
     def _timestamp_ms(self, row: Any) -> int | None:

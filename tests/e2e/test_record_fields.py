@@ -1,6 +1,7 @@
 """What a record carries beyond its key and value, as a consumer reads it: the timestamp a
-`timestamp` column sets, and the headers option headerColumns makes of named columns, on both
-Spark lines (the row writer of 4.0, the Arrow writer of 4.3)."""
+`timestamp` column sets, the headers option headerColumns makes of named columns and those of
+option provenanceHeaders, on both Spark lines (the row writer of 4.0, the Arrow writer of
+4.3)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes, i
 
 
 @on_both_spark_lines
-def test_the_timestamp_column_and_header_columns_reach_the_consumer(pipeline: Pipeline) -> None:
+def test_the_timestamp_column_header_columns_and_provenance_reach_the_consumer(
+    pipeline: Pipeline,
+) -> None:
     pipeline.select = [
         "key",
         "value",
@@ -57,6 +60,7 @@ def test_the_timestamp_column_and_header_columns_reach_the_consumer(pipeline: Pi
         "CASE WHEN crc32(key) % 2 = 0 THEN NULL ELSE key END AS origin",
     ]
     pipeline.options["headerColumns"] = "trace,origin"
+    pipeline.options["provenanceHeaders"] = "true"
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
 
     outcome = pipeline.run()
@@ -65,8 +69,20 @@ def test_the_timestamp_column_and_header_columns_reach_the_consumer(pipeline: Pi
     assert_exactly_once(pipeline, ids)
     seen = read_all(pipeline.bootstrap, pipeline.output, 3)
     assert len(seen) == N
+    decided = set(pipeline.open_log().decided_batches())
+    ordinals: dict[tuple[bytes, bytes], list[int]] = {}
     for key, (kind, millis), headers in seen:
         assert key is not None
         assert (kind, millis) == (TIMESTAMP_CREATE_TIME, BASE_MS + zlib.crc32(key) % SPREAD_MS), key
         origin = None if zlib.crc32(key) % 2 == 0 else key
-        assert headers == [("trace", b"t-" + key), ("origin", origin)], key
+        assert headers[:2] == [("trace", b"t-" + key), ("origin", origin)], key
+        # Provenance after every other header: this sink, a decided batch, each row's
+        # ordinal in its task once.
+        names = [name for name, _ in headers[2:]]
+        assert names == ["kts.sink", "kts.batch", "kts.task", "kts.seq"], headers
+        sink, batch, task, seq = (value for _, value in headers[2:])
+        assert sink == pipeline.sink_id.encode() and batch is not None and task is not None
+        assert int(batch) in decided
+        ordinals.setdefault((batch, task), []).append(int(seq or b"-1"))
+    for task_rows in ordinals.values():
+        assert sorted(task_rows) == list(range(len(task_rows)))

@@ -154,3 +154,11 @@ def test_the_readme_shows_the_option_table_as_options_py_defines_it() -> None:
         "README's options differ from kafka_txn_sink/options.py: paste the output of "
         "`python -m kafka_txn_sink.options` between the markers"
     )
+
+
+def test_provenance_headers_are_for_records_mode() -> None:
+    assert parse_options({**BASE, "topic": "out", "provenanceheaders": "true"}).provenance_headers
+    assert not parse_options({**BASE, "topic": "out"}).provenance_headers
+    files_only = {**BASE, "path": "/tmp/files", "referencestopic": "refs"}
+    with pytest.raises(ConfigError, match="option provenanceHeaders is for records mode"):
+        parse_options({**files_only, "provenanceheaders": "true"})

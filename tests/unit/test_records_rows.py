@@ -75,3 +75,50 @@ def test_cells_become_bytes(cells: list[object], expected: list[bytes | None]) -
     converted = bytes_cells(cells, "key")
     assert converted == expected
     assert all(c is None or type(c) is bytes for c in converted)
+
+
+@pytest.mark.parametrize("arrow", [False, True])
+def test_provenance_headers_come_last_and_stay_out_of_the_digest(arrow: bool) -> None:
+    """Each record gets the task's provenance after its own headers, with its ordinal in the
+    task; the digest is that of the same records without them, so a replay whose rows come in
+    another order (other ordinals) still matches."""
+    import pyarrow as pa
+
+    from kafka_txn_sink.records.provenance import Provenance
+
+    rows = [(f"k{i}", f"v{i}".encode()) for i in range(5)]
+    plain, stamped = FakeTxn(), FakeTxn()
+    without = RecordsOutput(plain, plan_columns(KEY_VALUE, "out"), "out")
+    provenance = Provenance("orders", 7, 2)
+    within = RecordsOutput(stamped, plan_columns(KEY_VALUE, "out"), "out", provenance=provenance)
+    replayed = RecordsOutput(
+        FakeTxn(), plan_columns(KEY_VALUE, "out"), "out", provenance=provenance
+    )
+    if arrow:
+
+        def batch(part: list[tuple[str, bytes]]) -> pa.RecordBatch:
+            keys, values = zip(*part, strict=True)
+            return pa.record_batch(
+                [pa.array(keys), pa.array(values, pa.binary())], ["key", "value"]
+            )
+
+        without.add_batch(batch(rows))
+        within.add_batch(batch(rows[:2]))
+        within.add_batch(batch(rows[2:]))
+        replayed.add_batch(batch(rows[::-1]))
+    else:
+        without.add_rows(rows)
+        within.add_rows(rows[:2])
+        within.add_rows(rows[2:])
+        replayed.add_rows(rows[::-1])
+
+    assert [headers for *_, headers in stamped.sent] == [
+        [
+            ("kts.sink", b"orders"),
+            ("kts.batch", b"7"),
+            ("kts.task", b"2"),
+            ("kts.seq", str(i).encode()),
+        ]
+        for i in range(5)
+    ]
+    assert without.digest() == within.digest() == replayed.digest()

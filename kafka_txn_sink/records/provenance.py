@@ -1,0 +1,36 @@
+"""Option `provenanceHeaders`: where each record came from, in headers of its own.
+
+Readers that cannot read transactionally (read_uncommitted consumers, mirroring tools, some
+stream processors) see aborted attempts too. With `kts.sink`, `kts.batch`, `kts.task` (the
+Spark partition) and `kts.seq` (the row's ordinal in its task's input) they can audit what they
+read and keep one record per (sink, batch, task, seq). The headers come after every other
+header. They are left out of the records' digest (records/digest.py): a replay that hands a
+task its rows in another order (a shuffle before the sink) still matches, and a repair writes
+the replay's ordinals for rows no reader ever saw committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kafka_txn_sink.protocol.output import Headers
+
+SINK, BATCH, TASK, SEQ = "kts.sink", "kts.batch", "kts.task", "kts.seq"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """The provenance of one task's records."""
+
+    sink_id: str
+    batch_id: int
+    task: int
+
+    def headers(self, ordinal: int) -> Headers:
+        """The headers of the task's row number `ordinal` (from 0)."""
+        return [
+            (SINK, self.sink_id.encode()),
+            (BATCH, str(self.batch_id).encode()),
+            (TASK, str(self.task).encode()),
+            (SEQ, str(ordinal).encode()),
+        ]
