@@ -1,6 +1,7 @@
 """Spark Declarative Pipelines (`pyspark.pipelines`, PySpark 4.1+) writing through the sink: a
-pipeline project whose one file declares `create_sink(name, format="kafka_txn", options)` and an
-append flow from a Kafka topic into it, run by `spark-pipelines run` of the newest Spark line,
+pipeline project whose one file, the Lakeflow example's (examples/databricks/lakeflow), declares
+`create_sink(name, format="kafka_txn", options)` and an append flow from a Kafka topic into it,
+configured by the spec's `configuration`, run by `spark-pipelines run` of the newest Spark line,
 as a user runs it. The pipeline owns the flow's checkpoint (under its storage,
 `_checkpoints/<sink>/<flow>/<n>`), and a full refresh replaces it.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -27,41 +29,43 @@ from tests.e2e.harness import Pipeline, assert_exactly_once, kill_group, produce
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.xdist_group("spark_pipelines")]
 
 N = 500  # batch 0 of 400 rows (maxOffsetsPerTrigger), batch 1 of 100
-SPEC = """name: ids
-storage: file://{storage}
-libraries:
-  - glob:
-      include: transformations/**
-"""
-FLOW = """import json
-import os
-
-from pyspark import pipelines as dp
-
-given = json.loads(os.environ["KTS_PIPELINE"])
-dp.create_sink("out", format="kafka_txn", options=given["sink"])
-
-
-@dp.append_flow(target="out")
-def ids():
-    return (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", given["bootstrap"])
-        .option("subscribe", given["input"])
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", given["max_offsets"])
-        .load()
-        .selectExpr("key", "value")
-    )
-"""
+# The pipeline source users get: examples/databricks/lakeflow, run here by spark-pipelines.
+EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "examples"
+    / "databricks"
+    / "lakeflow"
+    / "transformations"
+    / "orders_to_kafka.py"
+)
 
 
 def project(pipeline: Pipeline) -> Path:
-    """The pipeline project: its spec and its one transformation file."""
+    """The pipeline project: its spec, whose configuration holds the example's settings, and
+    the example's transformation file."""
+    sink = {
+        "kafka.bootstrap.servers": pipeline.bootstrap,
+        "topic": pipeline.output,
+        "sinkId": pipeline.sink_id,
+        "commitLog": str(pipeline.commit_log),
+        **pipeline.options,
+    }
+    configuration = {
+        "kafka_txn.input.bootstrap": pipeline.bootstrap,
+        "kafka_txn.input.topic": pipeline.input,
+        "kafka_txn.input.maxOffsetsPerTrigger": str(pipeline.max_offsets),
+        **{f"kafka_txn.sink.{key}": value for key, value in sink.items()},
+    }
+    spec = {
+        "name": "orders",
+        "storage": f"file://{pipeline.workdir / 'storage'}",
+        "configuration": configuration,
+        "libraries": [{"glob": {"include": "transformations/**"}}],
+    }
     root = pipeline.workdir / "project"
     (root / "transformations").mkdir(parents=True, exist_ok=True)
-    (root / "spark-pipeline.yml").write_text(SPEC.format(storage=pipeline.workdir / "storage"))
-    (root / "transformations" / "ids.py").write_text(FLOW)
+    (root / "spark-pipeline.yml").write_text(json.dumps(spec, indent=2))  # JSON is YAML
+    shutil.copy(EXAMPLE, root / "transformations" / EXAMPLE.name)
     return root
 
 
@@ -70,26 +74,12 @@ def start(
 ) -> subprocess.Popen[str]:
     """`spark-pipelines run ARGS` in the project, with the newest line's environment."""
     venv = Path(line.python).parent
-    sink = {
-        "kafka.bootstrap.servers": pipeline.bootstrap,
-        "topic": pipeline.output,
-        "sinkId": pipeline.sink_id,
-        "commitLog": str(pipeline.commit_log),
-        **pipeline.options,
-    }
-    given = {
-        "sink": sink,
-        "bootstrap": pipeline.bootstrap,
-        "input": pipeline.input,
-        "max_offsets": pipeline.max_offsets,
-    }
     env = {
         **os.environ,
         "PATH": f"{venv}:{os.environ['PATH']}",
         "SPARK_HOME": str(spark_home(line.python)),
         "PYSPARK_PYTHON": line.python,
         "SPARK_LOCAL_IP": "127.0.0.1",
-        "KTS_PIPELINE": json.dumps(given),
         **failpoints.environment(failpoint_spec, pipeline.signals, max_s=300),
     }
     command = [
@@ -196,7 +186,7 @@ def test_a_pipeline_killed_after_a_decision_and_run_again_writes_every_id_once(
     assert code == 0, out[-4000:]
     assert "Run is COMPLETED" in out, out[-4000:]
     assert_exactly_once(pipeline, ids)
-    checkpoints = pipeline.workdir / "storage" / "_checkpoints" / "out" / "ids"
+    checkpoints = pipeline.workdir / "storage" / "_checkpoints" / "orders_out" / "orders"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["0"]
 
 
