@@ -131,8 +131,9 @@ PROVENANCE_HEADERS = Option(
     "provenanceHeaders",
     "`true`: each record also gets headers `kts.sink` (the sink id), `kts.batch` (the batch id), "
     "`kts.task` (the Spark partition) and `kts.seq` (the row's ordinal in its task), after every "
-    "other header, so readers that cannot read transactionally can audit and de-duplicate "
-    "(records mode; records then go one by one, not through the columnar fast path)",
+    "other header, so readers that cannot read transactionally can audit what they read (and, "
+    "where a replay hands each task the same rows in the same order, de-duplicate by them); "
+    "records mode; records then go one by one, not through the columnar fast path",
     "`false`",
 )
 KAFKA_SETTINGS = Option(

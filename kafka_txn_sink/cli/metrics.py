@@ -29,7 +29,6 @@ from kafka_txn_sink.cli.common import (
 )
 from kafka_txn_sink.cli.render import Output
 from kafka_txn_sink.commit_log import CommitLog
-from kafka_txn_sink.errors import KafkaTxnSinkError
 from kafka_txn_sink.kafka.cluster import Cluster
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.metrics.batches import LogReader
@@ -39,6 +38,7 @@ from kafka_txn_sink.metrics.guard import GuardReading, look
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 15.0
 OK = 0
+NOT_ALL_READ = 1  # --once: the log or the brokers could not be read (the output says which)
 
 
 def add_parser(commands: Any) -> None:
@@ -65,12 +65,16 @@ def add_parser(commands: Any) -> None:
     metrics.add_argument(
         "--history",
         type=int,
-        default=100,
+        default=0,
         metavar="N",
-        help="the counters start N batches before the newest (default 100)",
+        help="the counters start N batches before the newest when the exporter starts "
+        "(default 0: they count from its start; a restart with N counts those N again)",
     )
     metrics.add_argument(
-        "--once", action="store_true", help="print the metrics once (text format) and exit"
+        "--once",
+        action="store_true",
+        help="print the metrics once (text format) and exit: 0, or 1 when the log or the "
+        "brokers could not be read",
     )
     metrics.add_argument(
         "--duration",
@@ -86,6 +90,8 @@ def cmd_metrics(args: argparse.Namespace, out: Output) -> int:
     host, port = _listen_address(args.listen)
     if args.interval <= 0:
         raise CliError(f"--interval must be positive, not {args.interval:g}")
+    if args.history < 0:
+        raise CliError(f"--history must be 0 or more, not {args.history}")
     commit_log, log_sink_id = open_log(args)
     sink_id = sink_id_of(args, log_sink_id)
     guard = _Guard(args, sink_id, commit_log)
@@ -94,7 +100,7 @@ def cmd_metrics(args: argparse.Namespace, out: Output) -> int:
         metrics.refresh()
         if args.once:
             sys.stdout.write(generate_latest(metrics.registry).decode())
-            return OK
+            return OK if metrics.all_up() else NOT_ALL_READ
         try:
             server, _ = start_http_server(port, host, registry=metrics.registry)
         except OSError as exc:
@@ -104,6 +110,7 @@ def cmd_metrics(args: argparse.Namespace, out: Output) -> int:
             _refresh_until_stopped(metrics, args.interval, args.duration)
         finally:
             server.shutdown()
+            server.server_close()
     finally:
         guard.close()
     return OK
@@ -124,17 +131,22 @@ class _Guard:
         """One reading (metrics/guard.py `look`).
 
         Raises:
-            KafkaTxnSinkError: the brokers could not be asked; the clients are made anew next.
+            KafkaTxnSinkError (or another error): the brokers could not be asked; the clients
+                are made anew next time.
         """
-        try:
-            if self._clients is None:
-                args = self._args
-                txn_admin = brokers(args)  # first: it fails at once when nothing answers
+        if self._clients is None:
+            args = self._args
+            txn_admin = brokers(args)  # first: it fails at once when nothing answers
+            try:
                 cluster = Cluster(args.bootstrap, kafka_settings(args), args.timeout_ms)
-                self._clients = (txn_admin, cluster)
-            txn_admin, cluster = self._clients
+            except BaseException:
+                txn_admin.close()
+                raise
+            self._clients = (txn_admin, cluster)
+        txn_admin, cluster = self._clients
+        try:
             return look(self._sink_id, self._log, txn_admin, cluster)
-        except KafkaTxnSinkError:
+        except BaseException:
             self.close()
             raise
 

@@ -56,7 +56,7 @@ from kafka_txn_sink.protocol.recover import (
     sink_holdings,
 )
 from kafka_txn_sink.protocol.repair import batch_levels
-from kafka_txn_sink.protocol.stuck import HeldBack, held_back
+from kafka_txn_sink.protocol.stuck import HeldBack, decision_partitions, held_back
 
 if TYPE_CHECKING:
     from kafka_txn_sink.files.republish import Republisher
@@ -133,7 +133,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         incomplete = [d.batch_id for d in incomplete_decisions(commit_log)]
         now = now_ms()
         holdings = sink_holdings(sink_id, commit_log, txn_admin)
-    held, held_error = _held_back(args, holdings.open)
+    held, held_error = _held_back(args, holdings.open, decision_partitions(latest))
     payload = {
         "sink_id": sink_id,
         "log": commit_log.uri,
@@ -200,13 +200,13 @@ def _txn_json(state: TxnState, held: Mapping[Triple, int], now: int) -> Payload:
 
 
 def _held_back(
-    args: argparse.Namespace, open_: Sequence[TxnState]
+    args: argparse.Namespace, open_: Sequence[TxnState], also: Sequence[tuple[str, int]]
 ) -> tuple[list[HeldBack], str | None]:
     """The partitions the open transactions hold back; when their ends cannot be read (a
     leader down, a topic deleted, no Describe), none and why: status still shows the rest."""
     try:
         cluster = Cluster(args.bootstrap, kafka_settings(args), args.timeout_ms)
-        return held_back(open_, cluster), None
+        return held_back(open_, cluster, also), None
     except KafkaTxnSinkError as exc:
         return [], str(exc)
 

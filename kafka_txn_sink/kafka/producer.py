@@ -74,7 +74,8 @@ def producer_config(
 
 @dataclass(frozen=True)
 class Prepared:
-    """A flushed, still open transaction: its triple, rows, offsets and when it was prepared."""
+    """A flushed, still open transaction: its triple, rows, offsets, when it was prepared and
+    the bytes its producer sent."""
 
     triple: Triple
     rows: int

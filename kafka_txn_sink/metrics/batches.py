@@ -3,12 +3,12 @@
 `LogReader.read()` returns what is new since its last call: each batch whose decision appeared
 (`Decided`), each batch whose completion appeared (`Completed`), repairs recorded since, and
 abort records (a failed attempt of a batch, with its cause) of the decided batches and of the
-batch after the newest. It
-remembers only the newest batch it has seen and the batches still incomplete, so a scrape reads
-the log's new records, not all of it, and a vacuum that removes old records takes nothing back
-from a total already counted. Its first read starts `history` batches before the newest (a log
-of a long-running query holds a record or two per batch it ever wrote): a counter counts from
-there, as Prometheus' counters count from their exporter's start.
+batch after the newest. It keeps the newest decision, the batches still incomplete and what the
+newest two batches had, so a scrape reads the log's new records, not all of it, and a vacuum
+that removes old records takes nothing back from a total already counted. Its first read is a
+baseline: counters count from the exporter's start, as Prometheus expects of a counter after a
+restart (`history` makes them start that many batches earlier, for a first look at a log; an
+exporter restarted with it counts those batches again).
 """
 
 from __future__ import annotations
@@ -79,30 +79,43 @@ class News:
     completed: tuple[Completed, ...] = ()
     repaired: tuple[Repaired, ...] = ()
     aborted: tuple[Abort, ...] = ()
+    latest: Decision | None = None  # the newest decision known, counted or not
 
 
 @dataclass
 class LogReader:
-    """Reads a commit log's new batches, one `read()` at a time (not thread-safe)."""
+    """Reads a commit log's new batches, one `read()` at a time (not thread-safe).
+
+    The first read is a baseline: it counts the `history` batches before the newest (none by
+    default) and only notes what the log holds beyond them (the newest decision, its repairs,
+    the aborts of the batch after it), so an exporter that starts again does not count again
+    what it counted before.
+    """
 
     commit_log: CommitLog
-    history: int = 100
+    history: int = 0
     _started: bool = False
-    _newest: int | None = None  # the newest batch whose decision was seen
+    _floor: int | None = None  # decisions above this batch are new (None: all)
+    _latest: Decision | None = None  # the newest decision seen
     _incomplete: dict[int, Decision] = field(default_factory=dict)
     _repairs: dict[int, int] = field(default_factory=dict)  # batch -> repair levels seen
-    _aborts: dict[int, int] = field(default_factory=dict)  # batch -> abort records seen
+    _aborts: dict[int, int] = field(default_factory=dict)  # batch -> abort rounds seen
 
     def read(self) -> News:
-        """What the log records since the last call (everything, the first time).
+        """What the log records since the last call (the baseline's window, the first time).
 
         Raises:
             CommitLogError: the log cannot be read; the next call reads the same again.
         """
-        fresh = self.commit_log.decisions(after=self._after())
+        floor, latest = self._floor, self._latest
+        if not self._started:
+            latest = self.commit_log.latest_decision()
+            floor = None if latest is None else latest.batch_id - max(0, self.history)
+        fresh = self.commit_log.decisions(after=floor)
+        latest = fresh[-1] if fresh else latest
         completed = self._completions(list(self._incomplete.values()) + fresh)
-        repaired = self._repaired(fresh)
-        aborted = self._aborted(fresh)
+        repaired = self._repaired(fresh, latest)
+        aborted = self._aborted(fresh, latest)
         # Only now, when every read succeeded: a failed call changes nothing.
         done = {c.decision.batch_id for c in completed}
         for decision in fresh:
@@ -114,28 +127,43 @@ class LogReader:
             self._repairs[repair.batch_id] = self._repairs.get(repair.batch_id, 0) + repair.levels
         for abort in aborted:
             self._aborts[abort.batch_id] = max(self._aborts.get(abort.batch_id, 0), abort.round + 1)
-        if fresh:
-            self._newest = fresh[-1].batch_id
-        self._started = True
+        self._floor = latest.batch_id if latest is not None else floor
+        self._latest = latest
+        if not self._started:
+            self._started = True
+            repaired, aborted = self._baseline(fresh, latest, repaired, aborted)
+        self._forget_before(latest)
         decided = tuple(Decided(d) for d in fresh)
-        return News(decided, tuple(completed), tuple(repaired), tuple(aborted))
-
-    @property
-    def newest(self) -> int | None:
-        """The newest decided batch seen, or None."""
-        return self._newest
+        return News(decided, tuple(completed), tuple(repaired), tuple(aborted), latest)
 
     @property
     def incomplete(self) -> list[int]:
         """The decided batches seen without a completion marker yet."""
         return sorted(self._incomplete)
 
-    def _after(self) -> int | None:
-        """Read decisions above this batch (None: all)."""
-        if self._started:
-            return self._newest
-        latest = self.commit_log.latest_decision()
-        return None if latest is None else latest.batch_id - self.history
+    def _baseline(
+        self,
+        fresh: list[Decision],
+        latest: Decision | None,
+        repaired: list[Repaired],
+        aborted: list[Abort],
+    ) -> tuple[list[Repaired], list[Abort]]:
+        """Of the first read's repairs and aborts, those of batches it counts (`fresh`); the
+        others are noted as seen, not counted."""
+        counted = {d.batch_id for d in fresh}
+        return (
+            [r for r in repaired if r.batch_id in counted],
+            [a for a in aborted if a.batch_id in counted],
+        )
+
+    def _forget_before(self, latest: Decision | None) -> None:
+        """Drop what only older batches need: repairs and aborts come to the newest and the
+        next batch only."""
+        if latest is None:
+            return
+        for seen in (self._repairs, self._aborts):
+            for batch_id in [b for b in seen if b < latest.batch_id]:
+                del seen[batch_id]
 
     def _completions(self, decisions: list[Decision]) -> list[Completed]:
         found = []
@@ -145,25 +173,26 @@ class LogReader:
                 found.append(Completed(decision, completion))
         return found
 
-    def _repaired(self, fresh: list[Decision]) -> list[Repaired]:
-        """Repairs of the new batches and of the newest one seen before: a replay repairs only
-        the batch it replays, the newest, before the next is decided."""
+    def _repaired(self, fresh: list[Decision], latest: Decision | None) -> list[Repaired]:
+        """Repairs of the new batches and of the newest one: a replay repairs only the batch
+        it replays, the newest, before the next is decided."""
         found = []
-        before = self._newest_decision() if self._started else None
-        for decision in ([before] if before is not None else []) + fresh:
+        wanted = {d.batch_id: d for d in fresh}
+        if latest is not None:
+            wanted.setdefault(latest.batch_id, latest)
+        for batch_id, decision in sorted(wanted.items()):
             levels = batch_levels(self.commit_log, decision).levels[1:]
-            seen = self._repairs.get(decision.batch_id, 0)
+            seen = self._repairs.get(batch_id, 0)
             if len(levels) > seen:
                 new = levels[seen:]
-                found.append(Repaired(decision.batch_id, len(new), sum(d.rows for d in new)))
+                found.append(Repaired(batch_id, len(new), sum(d.rows for d in new)))
         return found
 
-    def _aborted(self, fresh: list[Decision]) -> list[Abort]:
+    def _aborted(self, fresh: list[Decision], latest: Decision | None) -> list[Abort]:
         """Abort records not seen before: the rounds a new decision's batch closed before it,
         and those of the batch after the newest decided one (failing now, perhaps again)."""
         rounds = [(d.batch_id, d.round) for d in fresh]
-        newest = fresh[-1].batch_id if fresh else self._newest
-        following = 0 if newest is None else newest + 1
+        following = 0 if latest is None else latest.batch_id + 1
         rounds.append((following, self.commit_log.settled(following)[1]))
         found = []
         for batch_id, closed in rounds:
@@ -172,8 +201,3 @@ class LogReader:
                 if isinstance(record, Abort):
                     found.append(record)
         return found
-
-    def _newest_decision(self) -> Decision | None:
-        if self._newest is None:
-            return None
-        return self.commit_log.decision(self._newest)

@@ -11,6 +11,7 @@ value is never a guess; the guard's series are dropped while it cannot look.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -21,11 +22,14 @@ from prometheus_client.registry import Collector
 from kafka_txn_sink.errors import KafkaTxnSinkError
 from kafka_txn_sink.metrics.batches import LogReader, News
 from kafka_txn_sink.metrics.guard import DECIDED, LIVE, STRAY, GuardReading
+from kafka_txn_sink.protocol.causes import OTHER
+from kafka_txn_sink.protocol.messages import Decision
 
 log = logging.getLogger(__name__)
 
 PREFIX = "kafka_txn_sink"
 NO_CAUSE = "none"  # an abort record without a cause: commit() raised nothing
+_CAUSE = re.compile(r"[A-Z][A-Za-z0-9]{0,79}")
 SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
 
 
@@ -128,7 +132,13 @@ class SinkMetrics:
                 ("guard_up", "1 if the last look at the brokers succeeded, else 0"),
             )
         }
+        # Every series but those with more labels exists from the start, at 0: a counter that
+        # appears only at its first increase would hide that increase from rate().
+        for metric in (*vars(self._counters).values(), *self._histograms.values()):
+            if metric is not self._counters.failed_attempts:
+                metric.labels(sink_id)
         self._reading: GuardReading | None = None
+        self._up: dict[str, bool] = {}  # log_up and guard_up of the last refresh
         self.registry.register(_GuardCollector(sink_id, lambda: self._reading))
 
     def refresh(self) -> None:
@@ -153,6 +163,10 @@ class SinkMetrics:
             self._reading = None
             self._gauge("guard_up", 0)
 
+    def all_up(self) -> bool:
+        """Whether the last refresh read the log and (with a guard) the brokers."""
+        return all(self._up.values())
+
     def _count(self, news: News) -> None:
         c, sink = self._counters, self._sink_id
         for decided in news.decided:
@@ -167,10 +181,8 @@ class SinkMetrics:
                 c.record_bytes.labels(sink).inc(decision.stats.bytes)
                 self._observe("decide_seconds", decision.stats.decide_ms / 1000)
                 self._observe("slowest_task_seconds", decision.stats.slowest_task_ms / 1000)
-                if decision.stats.margin_left_ms is not None:
-                    self._gauge("margin_left_seconds", decision.stats.margin_left_ms / 1000)
-            self._gauge("last_decided_batch", decision.batch_id)
-            self._gauge("last_decided_timestamp_seconds", decision.decided_at_ms / 1000)
+        if news.latest is not None:
+            self._newest(news.latest)
         for completed in news.completed:
             self._observe("completion_seconds", completed.seconds)
             stats = completed.completion.stats
@@ -182,17 +194,26 @@ class SinkMetrics:
             c.lost_rows.labels(sink).inc(completed.lost_rows)
             c.republished.labels(sink).inc(len(completed.completion.republished))
         for abort in news.aborted:
-            c.failed_attempts.labels(sink, abort.cause or NO_CAUSE).inc()
+            c.failed_attempts.labels(sink, cause_label(abort.cause)).inc()
         for repaired in news.repaired:
             c.repairs.labels(sink).inc(repaired.levels)
             c.repaired_rows.labels(sink).inc(repaired.rows)
         self._gauge("incomplete_batches", len(self._reader.incomplete))
+
+    def _newest(self, decision: Decision) -> None:
+        """The gauges of the newest decision (its margin: the newest that recorded one)."""
+        self._gauge("last_decided_batch", decision.batch_id)
+        self._gauge("last_decided_timestamp_seconds", decision.decided_at_ms / 1000)
+        if decision.stats is not None and decision.stats.margin_left_ms is not None:
+            self._gauge("margin_left_seconds", decision.stats.margin_left_ms / 1000)
 
     def _observe(self, name: str, seconds: float) -> None:
         self._histograms[name].labels(self._sink_id).observe(seconds)
 
     def _gauge(self, name: str, value: float) -> None:
         self._gauges[name].labels(self._sink_id).set(value)
+        if name in ("log_up", "guard_up"):
+            self._up[name] = value == 1
 
 
 class _GuardCollector(Collector):
@@ -248,6 +269,14 @@ class _GuardCollector(Collector):
                 held.add_metric(labels, max(0, reading.at_ms - partition.since_ms) / 1000)
         yield behind
         yield held
+
+
+def cause_label(cause: str | None) -> str:
+    """An abort record's cause as a label value: `none` without one, `other` for one that is
+    not an error class's name (labels stay few and plain)."""
+    if cause is None:
+        return NO_CAUSE
+    return cause if _CAUSE.fullmatch(cause) else OTHER
 
 
 def _described(exc: Exception) -> str:

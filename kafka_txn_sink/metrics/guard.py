@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.kafka.admin_api import TransactionAdmin, TxnState
-from kafka_txn_sink.protocol.messages import Decision, now_ms
+from kafka_txn_sink.protocol.messages import now_ms
 from kafka_txn_sink.protocol.recover import Holdings, sink_holdings
-from kafka_txn_sink.protocol.stuck import Ends, HeldBack, held_back
+from kafka_txn_sink.protocol.stuck import Ends, HeldBack, decision_partitions, held_back
 
 DECIDED, LIVE, STRAY = "decided", "live", "stray"
 
@@ -68,7 +68,7 @@ def look(
         )
         for state in holdings.open
     )
-    watched = _output_partitions(commit_log.latest_decision())
+    watched = decision_partitions(commit_log.latest_decision())
     return GuardReading(now, transactions, tuple(held_back(holdings.open, cluster, watched)))
 
 
@@ -76,11 +76,3 @@ def _kind(state: TxnState, holdings: Holdings) -> str:
     if state.triple in holdings.held:
         return DECIDED
     return STRAY if state.triple in holdings.abortable else LIVE
-
-
-def _output_partitions(latest: Decision | None) -> list[tuple[str, int]]:
-    """The partitions the newest decision wrote to: watched even when no transaction of the
-    sink holds them, so a lag that another producer causes shows too."""
-    if latest is None:
-        return []
-    return [(topic, p) for topic, parts in latest.output_ranges().items() for p in parts]

@@ -45,7 +45,7 @@ from kafka_txn_sink.protocol.messages import (
     Triple,
     now_ms,
 )
-from kafka_txn_sink.protocol.stats import CompletionStats
+from kafka_txn_sink.protocol.stats import CompletionStats, ms_since
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class Settler:
             lost=tuple(_lost(p, reason) for p, reason in lost),
             republished=republish.partitions if republish is not None else (),
             level=decision.level,
-            stats=CompletionStats(decision_write_ms, _ms_since(started)),
+            stats=CompletionStats(decision_write_ms, ms_since(started)),
         )
         stored = self._log.put_completion(completion)
         return Settled(stored, newly_written=stored == completion)
@@ -467,7 +467,3 @@ def _loss_message(completion: Completion) -> str:
         f"log. Spark runs the batch again, and its replay writes these rows again (repair: the "
         f"query must produce the same rows per input partition). {' '.join(advice)}"
     ).rstrip()
-
-
-def _ms_since(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)

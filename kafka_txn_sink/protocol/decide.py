@@ -74,7 +74,7 @@ from kafka_txn_sink.protocol.repair import (
 )
 from kafka_txn_sink.protocol.runs import RunRef, check_current, check_decided_by, release
 from kafka_txn_sink.protocol.session import cleanup_schedule, driver_session
-from kafka_txn_sink.protocol.stats import batch_stats
+from kafka_txn_sink.protocol.stats import batch_stats, ms_since
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ def commit_batch(
             raise
         except BaseException as exc:
             schedule.make_due("the previous commit failed")
-            causes.leave(options.sink_id, batch_id, exc)
+            causes.leave(options.sink_id, run.run, batch_id, exc)
             raise
         if write is not None:
             release(options.sink_id, session.commit_log, run)
@@ -125,7 +125,7 @@ def abort_batch(
 ) -> None:
     """Spark's `abort(messages, batchId)`: abort what the tasks prepared, unless decided."""
     cleanup_schedule(options).make_due("a batch was aborted")
-    cause = causes.take(options.sink_id, batch_id)
+    cause = causes.take(options.sink_id, run.run, batch_id)
     with driver_session(options) as session:
         Committer(options, session.commit_log, session.txn_admin, session.settler, run).abort(
             messages, batch_id, cause
@@ -403,7 +403,7 @@ class Committer:
         started = time.monotonic()
         try:
             self._log.put_decision(decision)
-            self._decision_write_ms = int((time.monotonic() - started) * 1000)
+            self._decision_write_ms = ms_since(started)
             return decision, True
         except CommitLogConflictError:
             found = self._log.decision(decision.batch_id)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
 from kafka_txn_sink.errors import CommitLogError
-from kafka_txn_sink.protocol.stats import BatchStats, CompletionStats
+from kafka_txn_sink.protocol.stats import BatchStats, CompletionStats, read_stats
 
 FORMAT_VERSION = 2  # 2: digests and repairs; a version-1 sink refuses such records as newer
 # A decision with a progress participant (consumerGroup): a version-2 sink, which would end it
@@ -261,7 +261,7 @@ class Decision:
                 repaired=tuple(Triple.from_json(t) for t in body.get("repaired", ())),
                 refused=tuple(_lost_from(x) for x in body.get("refused", ())),
                 schemas=tuple(SchemaUse.from_json(x) for x in body.get("schemas", ())),
-                stats=BatchStats.from_json(body["stats"]) if body.get("stats") else None,
+                stats=read_stats(BatchStats.from_json, body.get("stats")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(f"malformed decision record: {exc!r}") from exc
@@ -449,7 +449,7 @@ class Completion:
                 version=int(body["version"]),
                 republished=tuple(int(p) for p in body.get("republished", ())),
                 level=int(body.get("level", 0)),
-                stats=CompletionStats.from_json(body["stats"]) if body.get("stats") else None,
+                stats=read_stats(CompletionStats.from_json, body.get("stats")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(f"malformed completion record: {exc!r}") from exc

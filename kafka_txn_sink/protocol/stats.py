@@ -9,9 +9,12 @@ a decision written twice (`Decision.same_decision`), and a record without it rea
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -96,3 +99,19 @@ def batch_stats(
         decide_ms=max(0, decided_at_ms - last_prepared),
         margin_left_ms=margin_left_ms,
     )
+
+
+def read_stats(parse: Callable[[Mapping[str, Any]], S], body: Any) -> S | None:
+    """A record's statistics, or None when it has none or none this version can read: they
+    decide nothing, so they never make their record unreadable."""
+    if not isinstance(body, Mapping):
+        return None
+    try:
+        return parse(body)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def ms_since(started: float) -> int:
+    """Whole milliseconds since `started`, a `time.monotonic()` reading."""
+    return int((time.monotonic() - started) * 1000)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kafka_txn_sink.kafka.admin_api import TxnState
-from kafka_txn_sink.protocol.messages import GroupOffsets
+from kafka_txn_sink.protocol.messages import Decision, GroupOffsets
 
 
 class Ends(Protocol):
@@ -48,7 +48,8 @@ def held_back(
     open_: Sequence[TxnState], cluster: Ends, also: Iterable[tuple[str, int]] = ()
 ) -> list[HeldBack]:
     """Each partition the sink's open transactions wrote to, and each of `also`, with its high
-    watermark and last stable offset (those no transaction holds back too: `behind` is 0)."""
+    watermark and last stable offset (`behind` is 0 where nothing holds the partition back; an
+    `also` partition may be held back by another producer's transaction)."""
     writers: dict[tuple[str, int], list[TxnState]] = {p: [] for p in also}
     for state in open_:
         for topic_partition in state.partitions:
@@ -72,3 +73,11 @@ def held_back(
             )
         )
     return found
+
+
+def decision_partitions(decision: Decision | None) -> list[tuple[str, int]]:
+    """The partitions `decision` wrote to: watched beside those the open transactions hold,
+    so a lag that another producer causes shows too."""
+    if decision is None:
+        return []
+    return [(topic, p) for topic, parts in decision.output_ranges().items() for p in parts]

@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -154,8 +155,11 @@ class Prometheus:
             TestbedError: the query was refused.
         """
         url = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            body = json.loads(response.read())
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                body = json.loads(response.read())
+        except urllib.error.HTTPError as exc:  # 400: a query it cannot parse
+            raise TestbedError(f"Prometheus refused {promql!r}: {exc.read()[:500]!r}") from exc
         if body.get("status") != "success":
             raise TestbedError(f"Prometheus refused {promql!r}: {body}")
         result: list[dict[str, Any]] = body["data"]["result"]

@@ -49,6 +49,8 @@ def start_exporter(pipeline: Pipeline, port: int) -> subprocess.Popen[bytes]:
         f"{LOOPBACK}:{port}",
         "--interval",
         str(SCRAPE_S),
+        "--history",  # batch 0 was decided before the exporter started: count it too
+        "10",
         "--duration",
         "600",
     ]

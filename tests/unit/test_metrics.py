@@ -3,6 +3,9 @@ with the decision's statistics, and nothing left standing from a guard reading t
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 from dataclasses import replace
 from pathlib import Path
 
@@ -79,6 +82,7 @@ def test_batch_stats_from_the_tasks() -> None:
 
 def test_each_batch_counts_once_across_reads(commit_log: JsonCommitLog) -> None:
     metrics = SinkMetrics("orders", LogReader(commit_log), guard=None)
+    metrics.refresh()  # the baseline: the log is empty
     commit_log.put_decision(with_stats(0))
     commit_log.put_decision(with_stats(1))
     completed = CompletionStats(decision_write_ms=30, settle_ms=120)
@@ -121,28 +125,41 @@ def test_files_and_the_rounds_aborted_before_a_decision(commit_log: JsonCommitLo
     for round_ in (0, 1):
         commit_log.put_abort(Abort("orders", 0, round_, (), DECIDED_AT_MS))
     commit_log.put_decision(replace(batch, participants=(first, *batch.participants[1:]), round=2))
-    metrics = SinkMetrics("orders", LogReader(commit_log), guard=None)
+    metrics = SinkMetrics("orders", LogReader(commit_log, history=1), guard=None)
     metrics.refresh()
     assert value(metrics, "kafka_txn_sink_files_total") == 2
     assert value(metrics, "kafka_txn_sink_file_bytes_total") == 8192
     assert value(metrics, "kafka_txn_sink_aborted_rounds_total") == 2
 
 
-def test_the_first_read_starts_history_batches_back(commit_log: JsonCommitLog) -> None:
+def test_the_first_read_is_a_baseline_or_starts_history_batches_back(
+    commit_log: JsonCommitLog,
+) -> None:
+    """An exporter (re)started on a log counts from its start: a restart adds nothing to
+    what Prometheus counted before; `history` starts its counters that many batches back."""
     for batch_id in range(10):
         commit_log.put_decision(decision(batch_id))
-    metrics = SinkMetrics("orders", LogReader(commit_log, history=3), guard=None)
-    metrics.refresh()
-    assert value(metrics, "kafka_txn_sink_batches_total") == 3
-    commit_log.put_decision(decision(10))
-    metrics.refresh()
-    assert value(metrics, "kafka_txn_sink_batches_total") == 4
+    commit_log.put_abort(Abort("orders", 10, 0, (), DECIDED_AT_MS, cause="ConfigError"))
+    fresh = SinkMetrics("orders", LogReader(commit_log), guard=None)
+    back = SinkMetrics("orders", LogReader(commit_log, history=3), guard=None)
+    fresh.refresh()
+    back.refresh()
+    assert value(fresh, "kafka_txn_sink_batches_total") == 0
+    assert value(fresh, "kafka_txn_sink_last_decided_batch") == 9  # the gauges are current
+    assert value(fresh, "kafka_txn_sink_failed_attempts_total", cause="ConfigError") is None
+    assert value(back, "kafka_txn_sink_batches_total") == 3
+    commit_log.put_decision(replace(decision(10), round=1))
+    fresh.refresh()
+    back.refresh()
+    assert value(fresh, "kafka_txn_sink_batches_total") == 1
+    assert value(back, "kafka_txn_sink_batches_total") == 4
+    assert value(fresh, "kafka_txn_sink_aborted_rounds_total") == 1
 
 
 def test_an_unreadable_log_says_so_and_changes_nothing(
     commit_log: JsonCommitLog, tmp_path: Path
 ) -> None:
-    metrics = SinkMetrics("orders", LogReader(commit_log), guard=None)
+    metrics = SinkMetrics("orders", LogReader(commit_log, history=1), guard=None)
     commit_log.put_decision(decision(0))
     metrics.refresh()
     (tmp_path / "log" / "decisions").rename(tmp_path / "elsewhere")
@@ -215,6 +232,7 @@ def test_failed_attempts_count_once_by_cause_while_failing_and_once_decided(
 ) -> None:
     metrics = SinkMetrics("orders", LogReader(commit_log), guard=None)
     commit_log.put_decision(decision(0))
+    metrics.refresh()  # the baseline: batch 0
     # Batch 1 fails twice before it is decided: its commit was refused once, its tasks failed
     # once (no cause).
     commit_log.put_abort(Abort("orders", 1, 0, (), DECIDED_AT_MS, cause="TransactionTooOldError"))
@@ -232,16 +250,17 @@ def test_failed_attempts_count_once_by_cause_while_failing_and_once_decided(
     )
     assert value(metrics, "kafka_txn_sink_failed_attempts_total", cause="none") == 1
     assert value(metrics, "kafka_txn_sink_aborted_rounds_total") == 2
-    assert value(metrics, "kafka_txn_sink_batches_total") == 2
+    assert value(metrics, "kafka_txn_sink_batches_total") == 1  # batch 1; 0 was the baseline
 
 
 def test_commit_leaves_its_error_kind_for_abort_and_only_the_kind() -> None:
     secret = ConfigError("sasl.password=hunter2 is wrong")
-    causes.leave("orders", 7, secret)
-    assert causes.take("orders", 7) == "ConfigError"
-    assert causes.take("orders", 7) is None  # taken once
-    causes.leave("orders", 8, KeyError("x"))
-    assert causes.take("orders", 8) == causes.OTHER
+    causes.leave("orders", 3, 7, secret)
+    assert causes.take("orders", 4, 7) is None  # another run's abort of the batch
+    assert causes.take("orders", 3, 7) == "ConfigError"
+    assert causes.take("orders", 3, 7) is None  # taken once
+    causes.leave("orders", 3, 8, KeyError("x"))
+    assert causes.take("orders", 3, 8) == causes.OTHER
     abort = Abort("orders", 7, 0, (), DECIDED_AT_MS, cause="ConfigError")
     assert Abort.from_json(abort.to_json()) == abort
     assert b"cause" not in replace(abort, cause=None).to_json()
@@ -253,7 +272,7 @@ def test_the_command_prints_one_scrape_and_says_the_brokers_were_not_reached(
     commit_log.put_decision(with_stats(0))
     where = commit_log.uri.removeprefix("file://")
     args = ["metrics", "--log", where, "--bootstrap", "127.0.0.1:9", "--timeout-ms", "1000"]
-    assert cli.main([*args, "--once"]) == 0
+    assert cli.main([*args, "--once", "--history", "1"]) == 1  # the brokers were not read
     out = capsys.readouterr().out
     assert 'kafka_txn_sink_rows_total{sink_id="orders"} 30.0' in out
     assert 'kafka_txn_sink_guard_up{sink_id="orders"} 0.0' in out
@@ -261,3 +280,31 @@ def test_the_command_prints_one_scrape_and_says_the_brokers_were_not_reached(
 
     assert cli.main([*args, "--listen", "9464"]) == 2
     assert "--listen must be HOST:PORT, not '9464'" in capsys.readouterr().err
+    assert cli.main([*args, "--history", "-1"]) == 2
+    assert "--history must be 0 or more" in capsys.readouterr().err
+
+
+def test_causes_stay_in_a_folder_of_the_users_own_and_follow_no_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path))
+    folder = tmp_path / f"kafka_txn_sink-causes-{os.getuid()}"
+    target = tmp_path / "target"
+    target.write_text("keep")
+    causes.leave("orders", 1, 1, ConfigError("x"))  # makes the folder, 0700
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    (folder / causes._key("orders", 1, 2)).symlink_to(target)
+    causes.leave("orders", 1, 2, ConfigError("x"))
+    assert target.read_text() == "keep"  # the link was not followed
+    assert causes.take("orders", 1, 2) is None
+    folder.chmod(0o777)  # a folder of ours others may enter is closed first
+    assert causes.take("orders", 1, 1) == "ConfigError"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+def test_statistics_a_version_cannot_read_leave_the_record_readable() -> None:
+    body = json.loads(with_stats(0).to_json())
+    body["stats"] = {"bytes": None, "renamed": 1}
+    assert Decision.from_json(json.dumps(body).encode()).stats is None
+    body["stats"] = "not an object"
+    assert Decision.from_json(json.dumps(body).encode()) == decision(0)
