@@ -135,7 +135,7 @@ def test_prometheus_sees_a_frozen_batch_then_every_row_once_after_the_kill(
         first = pipeline.open_log().decision(0)
         assert first is not None
         assert outcome.result["sink_rows"] == N - first.rows
-        assert str(outcome.result["sink"]).startswith("PythonTable@")
+        assert ".v2.python.PythonTable@" in str(outcome.result["sink"])
 
         decided = len(pipeline.open_log().decided_batches())
         eventually(prometheus, f"kafka_txn_sink_batches_total{{{sink}}}", lambda v: v == decided)

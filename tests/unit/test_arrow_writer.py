@@ -47,7 +47,11 @@ class FakeTxn:
         partition: int | None = None,
         headers: Any = None,
         timestamp_ms: int | None = None,
+        undigested: Any = None,
     ) -> None:
+        """As a `DigestingTransaction` sends (`undigested` headers after the others)."""
+        if undigested:
+            headers = [*(headers or []), *undigested]
         self.sent.append((topic, value, key, partition, headers))
         self.stamps.append(timestamp_ms)
 

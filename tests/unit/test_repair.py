@@ -254,8 +254,8 @@ def test_a_level_put_above_ours_meanwhile_does_not_let_the_batch_through(
     settler = driver.committer._settler
     complete = settler.complete
 
-    def complete_then_a_newer_run_acts(decision: Any) -> Any:
-        settled = complete(decision)
+    def complete_then_a_newer_run_acts(decision: Any, *timing: Any) -> Any:
+        settled = complete(decision, *timing)
         if decision.level == 1 and driver.log.repair(0, 2) is None:
             lost = driver.log.completion(0).lost  # type: ignore[union-attr]
             newer = dataclasses.replace(decision, run=1, level=2, repaired=(lost[0].triple,))

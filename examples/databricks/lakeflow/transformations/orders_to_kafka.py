@@ -8,6 +8,7 @@ and with `spark-pipelines run` (tests/e2e/test_declarative_pipeline.py runs it s
     kafka_txn.input.topic            the input topic
     kafka_txn.input.maxOffsetsPerTrigger   optional
     kafka_txn.input.kafka.<setting>  optional: the source's Java client settings (SASL, TLS)
+    kafka_txn.register               `true` on Databricks: register the data source first
     kafka_txn.sink.<option>          each of the sink's options, e.g. kafka_txn.sink.topic,
                                      kafka_txn.sink.sinkId, kafka_txn.sink.commitLog,
                                      kafka_txn.sink.kafka.bootstrap.servers,
@@ -23,8 +24,13 @@ import kafka_txn_sink
 
 INPUT, SINK = "kafka_txn.input.", "kafka_txn.sink."
 
-kafka_txn_sink.register(spark)  # noqa: F821 (the pipeline's session); harmless if found already
 settings = spark.conf.getAll  # noqa: F821 (a property: every setting of the session)
+if settings.get("kafka_txn.register", "false") == "true":
+    # Databricks documents registering a Python data source before use. Open-source Spark
+    # finds it by itself, and there a registration from a pipeline's session made
+    # spark-pipelines 4.3 fail on a response it does not know (Python accumulators), so it is
+    # asked for only where needed.
+    kafka_txn_sink.register(spark)  # noqa: F821 (the pipeline's session)
 
 dp.create_sink(
     "orders_out",
