@@ -337,6 +337,7 @@ class Repairer:
             level=level,
             repaired=tuple(repaired),
             refused=tuple(refused),
+            stats=None,  # the decision's cost is not the repair's
         )
         check_current(self._sink_id, self._log, self._run)
         return repair
