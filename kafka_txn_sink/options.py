@@ -17,6 +17,11 @@ from typing import Any
 
 from kafka_txn_sink import margin
 from kafka_txn_sink.commit_log import LOG_FORMATS, LogFormat
+from kafka_txn_sink.dead_letter_options import (
+    DEAD_LETTER_OPTIONS,
+    DeadLetterOptions,
+    parse_dead_letter_options,
+)
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.files_options import (
     FILES_OPTIONS,
@@ -164,6 +169,7 @@ OPTIONS: tuple[Option, ...] = (
     *SERDE_OPTIONS,
     *GROUP_OPTIONS,
     *TOPIC_OPTIONS,
+    *DEAD_LETTER_OPTIONS,
 )
 
 KAFKA_PREFIX = "kafka."
@@ -227,6 +233,7 @@ class SinkOptions:
     progress: GroupOptions | None = None  # option consumerGroup
     header_columns: tuple[str, ...] = ()  # option headerColumns
     provenance_headers: bool = False  # option provenanceHeaders
+    dead_letter: DeadLetterOptions | None = None  # option badRows=deadLetter
     create_topics: TopicCreation | None = None  # option createTopics
 
     @property
@@ -351,6 +358,14 @@ def parse_options(raw: Mapping[str, str]) -> SinkOptions:
         ),
         provenance_headers=truthy(options.get(PROVENANCE_HEADERS.key, "false")),
         create_topics=parse_topic_options(options),
+        dead_letter=parse_dead_letter_options(
+            options,
+            records_mode=topic is not None or files is None,
+            reserved={
+                str(TOPIC): topic,
+                str(REFERENCES_TOPIC): files.references_topic if files is not None else None,
+            },
+        ),
     )
     if parsed.header_columns and not parsed.records_mode:
         raise ConfigError(f"option {HEADER_COLUMNS} is for records mode (option {TOPIC})")
