@@ -14,7 +14,14 @@ class ConfigError(KafkaTxnSinkError):
 
 
 class InputError(KafkaTxnSinkError):
-    """A row cannot be written as it is (wrong column type, null where not allowed, too large)."""
+    """A row cannot be written as it is (wrong column type, null where not allowed, too large).
+
+    `reason` says which part of the row (records/dead_letter.py: what `badRows=deadLetter`
+    records as the dead-letter record's kind)."""
+
+    def __init__(self, message: str, reason: str = "input") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class QueryIdMismatchError(KafkaTxnSinkError):

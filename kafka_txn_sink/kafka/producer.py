@@ -38,6 +38,8 @@ POLL_EVERY = 1000
 # The partitioner `send_many` computes itself (kafka/partitioner.py); with any other, it sends
 # record by record and lets librdkafka partition.
 KEY_HASH_PARTITIONER = "murmur2_random"
+# The reason of an InputError a delivery report gave: after produce(), so never a row's alone.
+DELIVERY = "delivery"
 
 
 def producer_config(
@@ -377,10 +379,12 @@ class TaskTransaction:
         assert error is not None
         self.abort()
         if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            # Reported after produce(): the transaction is aborted, so no row may be set aside.
             raise InputError(
                 f"a record for topic {self._deliveries.error_topic} is larger than the "
                 f"broker accepts (message.max.bytes / max.message.bytes): check the value "
-                f"and key columns; nothing of this batch is published"
+                f"and key columns; nothing of this batch is published",
+                reason=DELIVERY,
             )
         topic = self._deliveries.error_topic
         step = f"producing to {topic} in {self._txn_id} (nothing of this batch is published)"
@@ -454,12 +458,17 @@ def _produce_failure(
         return InputError(
             f"a record of {size} bytes (columns key + value) for topic {topic} exceeds "
             f"message.max.bytes; raise kafka.message.max.bytes (and the topic's "
-            f"max.message.bytes) or send smaller values"
+            f"max.message.bytes) or send smaller values",
+            reason="too_large",
         )
     if error.code() in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
-        return InputError(f"topic {topic!r} (from option topic or column topic) does not exist")
+        return InputError(
+            f"topic {topic!r} (from option topic or column topic) does not exist", reason="topic"
+        )
     if error.code() == KafkaError._UNKNOWN_PARTITION:
-        return InputError(f"column partition names a partition that topic {topic!r} lacks")
+        return InputError(
+            f"column partition names a partition that topic {topic!r} lacks", reason="partition"
+        )
     return KafkaTxnSinkError(f"producing to {topic} failed: {error.str()}")
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from kafka_txn_sink.errors import InputError
-from kafka_txn_sink.records.columns import Columns, Routing, checked_timestamp
+from kafka_txn_sink.records.columns import Columns, Routing, checked_timestamp, encoding_reason
 from kafka_txn_sink.records.digest import DigestingTransaction
 from kafka_txn_sink.records.provenance import Provenance
 from kafka_txn_sink.serde.encode import Encoders
@@ -93,7 +93,9 @@ def bytes_list(array: pa.Array, column: str) -> list[bytes | None]:
     elif pa.types.is_large_string(kind):
         array = array.view(pa.large_binary())
     elif not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
-        raise InputError(f"column {column} holds {kind}, not string or binary")
+        raise InputError(
+            f"column {column} holds {kind}, not string or binary", reason=encoding_reason(column)
+        )
     values: list[bytes | None] = array.to_pylist()
     return values
 
@@ -185,7 +187,7 @@ def _headers(array: pa.Array) -> list[Headers | None]:
         for item in items:
             key = item.get("key") if item is not None else None
             if key is None:
-                raise InputError("column headers holds a header without a key")
+                raise InputError("column headers holds a header without a key", reason="header")
             value = item.get("value")
             headers.append((key, value.encode() if isinstance(value, str) else value))
         result.append(headers)

@@ -150,7 +150,9 @@ class Routing:
         """
         if not cell:
             if self.default_topic is None:
-                raise InputError("column topic is null and there is no topic option")
+                raise InputError(
+                    "column topic is null and there is no topic option", reason="topic"
+                )
             return self.default_topic
         if cell == self.reserved:
             shown = key if key is None or len(key) <= 40 else key[:40] + b"..."
@@ -158,7 +160,8 @@ class Routing:
                 f"column topic of row {row} of this task (key {shown!r}) names topic {cell!r}, "
                 f"the references topic of files mode (option referencesTopic): no row may be "
                 f"written there; set option topic (which wins over the column) or change the "
-                f"column"
+                f"column",
+                reason="topic",
             )
         return cell
 
@@ -175,7 +178,10 @@ def as_bytes(value: Any, column: str) -> bytes | None:
         return value.encode("utf-8")
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
-    raise InputError(f"column {column} holds a {type(value).__name__}, not string or binary")
+    raise InputError(
+        f"column {column} holds a {type(value).__name__}, not string or binary",
+        reason=encoding_reason(column),
+    )
 
 
 def bytes_cells(cells: Sequence[Any], column: str) -> Sequence[bytes | None]:
@@ -205,9 +211,16 @@ def checked_timestamp(millis: int) -> int:
     if millis < 1:
         raise InputError(
             f"column timestamp holds {millis} ms since the epoch: a Kafka record's timestamp "
-            f"must be after 1970-01-01T00:00:00Z (null takes the producer's clock)"
+            f"must be after 1970-01-01T00:00:00Z (null takes the producer's clock)",
+            reason="timestamp",
         )
     return millis
+
+
+def encoding_reason(column: str) -> str:
+    """The reason a cell of `column` that cannot be turned into bytes gives: the key's or the
+    value's encoding, else a header's."""
+    return {"key": "key_encoding", "value": "value_encoding"}.get(column, "header")
 
 
 def as_headers(value: Any) -> list[tuple[str, bytes | None]] | None:
@@ -221,7 +234,7 @@ def as_headers(value: Any) -> list[tuple[str, bytes | None]] | None:
     headers = []
     for item in value:
         if item is None or item[0] is None:
-            raise InputError("column headers holds a header without a key")
+            raise InputError("column headers holds a header without a key", reason="header")
         headers.append((str(item[0]), as_bytes(item[1], "headers.value")))
     return headers
 

@@ -102,7 +102,8 @@ class FieldEncoder:
         return InputError(
             f"column {e.column} of row {row} of this task does not fit its {e.format} schema "
             f"(subject {e.subject!r}, id {e.schema_id}): {str(exc).splitlines()[0]}; nothing "
-            f"of the batch is written"
+            f"of the batch is written",
+            reason=f"{e.column}_encoding",
         )
 
 

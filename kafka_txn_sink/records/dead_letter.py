@@ -1,0 +1,106 @@
+"""Option `badRows=deadLetter`: the record a row the sink cannot write becomes, in the dead-letter
+topic, in the same transaction as the batch's other rows (docs/plans/dead_letter.md).
+
+A row is set aside only for a fault found before anything of it was produced (an `InputError`
+raised while its cells are turned into a record, or by the checks `judge` makes), never for an
+answer of the brokers: a record they refuse makes the transaction abortable, and the batch fails
+as it always did. The dead-letter record carries the row's key and value (as bytes where they
+are bytes or strings, else as JSON), and headers: the fault's kind and message, digested, then
+the row's position (`kts.sink`, `kts.batch`, `kts.task`, `kts.seq`), left out of the digest like
+option provenanceHeaders' so a replay in another order still matches.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from kafka_txn_sink.errors import InputError
+from kafka_txn_sink.protocol.output import Headers
+from kafka_txn_sink.records.provenance import Provenance
+
+KIND, MESSAGE = "kts.error.kind", "kts.error.message"
+# Every record is judged against this many bytes less than its topic's limit: librdkafka and
+# the broker count a record's and its batch's framing too (a row that close to the limit is set
+# aside though the broker might have taken it, never the reverse).
+FRAMING_MARGIN = 512
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """Where one task sets its bad rows aside, and the limits it judges records by."""
+
+    topic: str
+    provenance: Provenance  # the task's: the position headers of each dead-letter record
+    max_bytes: Mapping[str, int]  # topic -> the most bytes a record there may have
+
+    def judge(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+    ) -> None:
+        """Refuse a record its topic would refuse for its size.
+
+        Raises:
+            InputError: reason `too_large`.
+        """
+        limit = self.max_bytes.get(topic)
+        if limit is None:
+            return
+        size = len(key or b"") + len(value or b"")
+        if headers:
+            size += sum(len(name) + len(data or b"") for name, data in headers)
+        if size > limit - FRAMING_MARGIN:
+            raise InputError(
+                f"a record of {size} bytes is over the {limit - FRAMING_MARGIN} bytes topic "
+                f"{topic} takes (its max.message.bytes less {FRAMING_MARGIN} for framing)",
+                reason="too_large",
+            )
+
+    def record(
+        self, key: Any, value: Any, fault: InputError, ordinal: int
+    ) -> tuple[bytes | None, bytes | None, Headers, Headers]:
+        """The dead-letter record of the task's row number `ordinal` (from 0), whose key and
+        value cells are `key` and `value`: its key, value, digested headers and position
+        headers."""
+        headers: Headers = [(KIND, fault.reason.encode()), (MESSAGE, str(fault).encode())]
+        return _raw(key), _raw(value), headers, self.provenance.headers(ordinal)
+
+
+def _raw(cell: Any) -> bytes | None:
+    """A cell as the dead-letter record keeps it: bytes as they are, a string as UTF-8, anything
+    else as JSON."""
+    if cell is None or isinstance(cell, bytes):
+        return cell
+    if isinstance(cell, (bytearray, memoryview)):
+        return bytes(cell)
+    if isinstance(cell, str):
+        return cell.encode()
+    return json.dumps(_jsonable(cell), separators=(",", ":"), sort_keys=True).encode()
+
+
+def _jsonable(cell: Any) -> Any:
+    """A cell of any Spark type as JSON values: rows and maps as objects, binary as base64,
+    instants and decimals as their ISO or plain strings."""
+    if hasattr(cell, "asDict"):
+        return {k: _jsonable(v) for k, v in cell.asDict().items()}
+    if isinstance(cell, Mapping):
+        return {str(k): _jsonable(v) for k, v in cell.items()}
+    if isinstance(cell, (list, tuple)):
+        return [_jsonable(v) for v in cell]
+    if isinstance(cell, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(cell)).decode()
+    if isinstance(cell, (datetime, date)):
+        return cell.isoformat()
+    if isinstance(cell, Decimal):
+        return str(cell)
+    if isinstance(cell, float) and cell != cell:
+        return "NaN"
+    return cell
