@@ -198,7 +198,7 @@ class TaskTransaction:
         self, topic: str, keys: Sequence[bytes | None] | None, records: int
     ) -> pa.Int64Array:
         """Each record's partition: the key's hash, or one random partition for null keys."""
-        count = self._partition_count(topic)
+        count = self.partition_count(topic)
         sticky = pa.scalar(random.randrange(count), pa.int64())
         if keys is None:
             return pa.repeat(sticky, records)
@@ -214,7 +214,7 @@ class TaskTransaction:
         )
         return partitions
 
-    def _partition_count(self, topic: str) -> int:
+    def partition_count(self, topic: str) -> int:
         """How many partitions `topic` has (asked once per transaction and topic).
 
         Raises:

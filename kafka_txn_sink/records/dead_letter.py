@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -25,6 +25,10 @@ from kafka_txn_sink.protocol.output import Headers
 from kafka_txn_sink.records.provenance import Provenance
 
 KIND, MESSAGE = "kts.error.kind", "kts.error.message"
+# The reasons that belong to a row: what it holds, found before anything of it was produced.
+ROW_REASONS = frozenset(
+    {"key_encoding", "value_encoding", "too_large", "topic", "partition", "header", "timestamp"}
+)
 # Every record is judged against this many bytes less than its topic's limit: librdkafka and
 # the broker count a record's and its batch's framing too (a row that close to the limit is set
 # aside though the broker might have taken it, never the reverse).
@@ -63,6 +67,28 @@ class DeadLetters:
                 f"{topic} takes (its max.message.bytes less {FRAMING_MARGIN} for framing)",
                 reason="too_large",
             )
+
+    def judge_all(
+        self,
+        topic: str,
+        keys: Sequence[bytes | None] | None,
+        values: Sequence[bytes | None],
+    ) -> None:
+        """`judge` for records with keys and values only, at once: by the longest key and the
+        longest value (one C-level pass each), so a group without a large record costs little.
+
+        Raises:
+            InputError: reason `too_large`, when a record may be too large (the caller then
+                judges the records one by one).
+        """
+        limit = self.max_bytes.get(topic)
+        if limit is None:
+            return
+        longest = max(map(len, filter(None, values)), default=0)
+        if keys is not None:
+            longest += max(map(len, filter(None, keys)), default=0)
+        if longest > limit - FRAMING_MARGIN:
+            raise InputError(f"a record of topic {topic} may be too large", reason="too_large")
 
     def record(
         self, key: Any, value: Any, fault: InputError, ordinal: int

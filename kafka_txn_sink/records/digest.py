@@ -83,6 +83,15 @@ class DigestingTransaction:
         self._count += len(values)
         self._sum += sum_of_hashes(values, keys, self._topic_seed(topic))
 
+    def partition_count(self, topic: str) -> int:
+        """How many partitions `topic` has (the transaction's producer asks the brokers once).
+
+        Raises:
+            InputError: the topic does not exist (reason `topic`).
+        """
+        count: int = self._txn.partition_count(topic)  # type: ignore[attr-defined]
+        return count
+
     def digest(self) -> str:
         """The digest of every record so far: their count, then 32 hex digits."""
         return _format(self._count, self._sum)
