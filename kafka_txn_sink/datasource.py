@@ -30,7 +30,12 @@ from kafka_txn_sink.protocol.prepare import (
     refuse_speculation,
     task_options,
 )
-from kafka_txn_sink.protocol.start import BatchStart, start_batch, start_write
+from kafka_txn_sink.protocol.start import (
+    BatchStart,
+    dead_letter_limits,
+    start_batch,
+    start_write,
+)
 from kafka_txn_sink.protocol.stream_writer import KafkaTxnStreamWriter, stream_writer_class
 from kafka_txn_sink.records.columns import plan_columns, timestamp_column
 from kafka_txn_sink.serde.resolve import pinned, resolve
@@ -177,6 +182,7 @@ def _plan(
         files_plan=files_plan,
         encodings=encodings,
         repair_encodings=pinned(options.serde, schema, repair_schemas, encodings),
+        dead_letter_limits=dead_letter_limits(started.options),
     )
 
 

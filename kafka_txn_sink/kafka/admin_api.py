@@ -122,6 +122,10 @@ class ClusterFacts(FateProbe, Protocol):
         """The partition count of `topic`, None if it does not exist."""
         ...
 
+    def max_message_bytes(self, topic: str) -> int:
+        """The topic's max.message.bytes."""
+        ...
+
     def create_topic(
         self, topic: str, partitions: int, replication_factor: int, config: Mapping[str, str]
     ) -> int | None:

@@ -35,6 +35,7 @@ from kafka_txn_sink.kafka.txn_admin import TxnAdmin, shared_txn_admin
 from kafka_txn_sink.protocol.messages import GroupOffsets, GroupProgress, OffsetRanges
 
 MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
+MAX_MESSAGE_BYTES = "max.message.bytes"
 # How long a shared Cluster trusts what it learnt: the brokers' transaction.max.timeout.ms and
 # that a topic exists. Both only feed start-of-batch checks that tasks repeat anyway (librdkafka
 # refuses a timeout above the maximum; producing to a missing topic fails the task).
@@ -165,6 +166,32 @@ class Cluster:
         except TimeoutError as exc:
             raise KafkaUnavailableError(f"creating topic {topic}: no answer in time") from exc
         return None
+
+    def max_message_bytes(self, topic: str) -> int:
+        """The topic's max.message.bytes (DescribeConfigs on the topic).
+
+        Raises:
+            PermissionDeniedError: the sink may not describe the topic's configs.
+            KafkaUnavailableError: the brokers did not answer.
+        """
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        future = self._admin.describe_configs([resource])[resource]
+        try:
+            entries = future.result(timeout=self._timeout_s)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            step = f"reading max.message.bytes of topic {topic} (option badRows=deadLetter)"
+            denial = refused(
+                error.code(),
+                error.str(),
+                self._kafka,
+                step,
+                topic_permission("DescribeConfigs", topic),
+            )
+            raise denial or KafkaUnavailableError(f"{step} failed: {error.str()}") from exc
+        except TimeoutError as exc:
+            raise KafkaUnavailableError(f"max.message.bytes of {topic}: no answer") from exc
+        return int(entries[MAX_MESSAGE_BYTES].value)
 
     def topic_partitions(self, topic: str) -> int | None:
         """Number of partitions of `topic`, None if it does not exist."""

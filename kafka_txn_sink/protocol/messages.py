@@ -20,6 +20,10 @@ FORMAT_VERSION = 2  # 2: digests and repairs; a version-1 sink refuses such reco
 # A decision with a progress participant (consumerGroup): a version-2 sink, which would end it
 # in any order, refuses it as newer.
 PROGRESS_FORMAT_VERSION = 3
+# A decision with rows set aside in the dead-letter topic (option badRows=deadLetter): its
+# participants count them, which a version-3 sink cannot read.
+DEAD_LETTER_FORMAT_VERSION = 4
+NEWEST_FORMAT_VERSION = DEAD_LETTER_FORMAT_VERSION
 # The partition a progress participant takes in its decision: no Spark partition has it.
 PROGRESS_PARTITION = -1
 
@@ -146,6 +150,8 @@ class Participant:
     digest: str = ""
     # Set only on the progress participant (partition -1, no records): the group's offsets.
     progress: GroupProgress | None = None
+    # Rows of its records that went to the dead-letter topic (option badRows=deadLetter).
+    dead_lettered: int = 0
 
     @property
     def transactional_id(self) -> str:
@@ -473,6 +479,8 @@ def _participant_json(participant: Participant) -> dict[str, Any]:
         body["digest"] = participant.digest
     if participant.progress is not None:
         body["progress"] = participant.progress.to_json()
+    if participant.dead_lettered:
+        body["dead_lettered"] = participant.dead_lettered
     return body
 
 
@@ -550,10 +558,10 @@ def load_record(kinds: str | tuple[str, ...], data: bytes) -> dict[str, Any]:
     version = body.get("version")
     if not isinstance(version, int):
         raise CommitLogError(f"{kind} record has no valid format version: {version!r}")
-    if version > PROGRESS_FORMAT_VERSION:
+    if version > NEWEST_FORMAT_VERSION:
         raise CommitLogError(
             f"{kind} record has format version {body.get('version')}, newer than this "
-            f"kafka_txn_sink understands ({PROGRESS_FORMAT_VERSION}); upgrade the package"
+            f"kafka_txn_sink understands ({NEWEST_FORMAT_VERSION}); upgrade the package"
         )
     body.pop("kind")
     body.pop("output", None)

@@ -20,7 +20,7 @@ A task attempt of Spark partition `p`:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
 
@@ -39,6 +39,7 @@ from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.records.columns import Columns
+from kafka_txn_sink.records.dead_letter import DeadLetters
 from kafka_txn_sink.records.output import RecordsOutput
 from kafka_txn_sink.records.provenance import Provenance
 from kafka_txn_sink.serde.resolve import Encodings, schema_uses
@@ -98,6 +99,8 @@ class TaskPlan:
     repair: RepairPlan | None = None  # what a replay of the latest decided batch writes again
     encodings: Encodings | None = None  # the key's and value's registry formats (serde/)
     repair_encodings: Encodings | None = None  # a repair's: the decision's schema ids
+    # option badRows=deadLetter: the most bytes a record may have, per topic (start.py)
+    dead_letter_limits: dict[str, int] = field(default_factory=dict)
 
 
 def task_options(options: SinkOptions) -> SinkOptions:
@@ -176,6 +179,7 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
         bytes=prepared.bytes,
         files=files,
         digest=next((o.digest() for o in outputs if isinstance(o, RecordsOutput)), ""),
+        dead_lettered=sum(o.set_aside for o in outputs if isinstance(o, RecordsOutput)),
         schemas=schema_uses(encodings_of(plan, task.batch_id)),
     )
 
@@ -260,13 +264,15 @@ def open_outputs(
     if plan.columns is not None:
         references = files.references_topic if files is not None else None
         encodings = encodings_of(plan, task.batch_id)
-        provenance = (
-            Provenance(plan.options.sink_id, task.batch_id, task.partition)
-            if plan.options.provenance_headers
+        where = Provenance(plan.options.sink_id, task.batch_id, task.partition)
+        provenance = where if plan.options.provenance_headers else None
+        dead_letters = (
+            DeadLetters(plan.options.dead_letter.topic, where, plan.dead_letter_limits)
+            if plan.options.dead_letter is not None
             else None
         )
         records = RecordsOutput(
-            txn, plan.columns, plan.options.topic, references, encodings, provenance
+            txn, plan.columns, plan.options.topic, references, encodings, provenance, dead_letters
         )
         outputs.append(records)
     if plan.files_plan is not None and not records_only:

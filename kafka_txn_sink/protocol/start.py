@@ -33,6 +33,7 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 
 from kafka_txn_sink.commit_log import CommitLog
+from kafka_txn_sink.dead_letter_options import DEAD_LETTER_TOPIC
 from kafka_txn_sink.errors import ConfigError, PermissionDeniedError, TransactionLostError
 from kafka_txn_sink.files_options import REFERENCES_TOPIC
 from kafka_txn_sink.kafka.admin_api import ClusterFacts, TransactionAdmin
@@ -311,13 +312,9 @@ def _resolve_timeout(options: SinkOptions, cluster: ClusterFacts | None) -> Sink
         cluster = shared_cluster_of(options)
     if options.create_topics is not None:
         _create_topics(options, options.create_topics, cluster)
-    if options.topic is not None and not cluster.topic_exists(options.topic):
-        raise ConfigError(f"topic {options.topic!r} (option {TOPIC}) does not exist on the cluster")
-    refs = options.files.references_topic if options.files is not None else None
-    if refs is not None and not cluster.topic_exists(refs):
-        raise ConfigError(
-            f"topic {refs!r} (option {REFERENCES_TOPIC}) does not exist on the cluster"
-        )
+    for name, topic in output_topics(options):
+        if not cluster.topic_exists(topic):
+            raise ConfigError(f"topic {topic!r} (option {name}) does not exist on the cluster")
     wanted = options.transaction_timeout_ms
     try:
         broker_max = cluster.cached_max_transaction_timeout_ms()
@@ -395,8 +392,40 @@ def _probe_storage(options: SinkOptions) -> None:
         probe()
 
 
+PRODUCER_MAX_MESSAGE_BYTES = 1_000_000  # librdkafka's message.max.bytes, when not set
+
+
+def dead_letter_limits(options: SinkOptions) -> dict[str, int]:
+    """With option badRows=deadLetter, the most bytes a record may have in each topic of
+    options topic and deadLetterTopic: the topic's max.message.bytes, or the producer's
+    message.max.bytes when that is lower (records/dead_letter.py judges rows by them).
+
+    Raises:
+        PermissionDeniedError: the sink may not read a topic's configs (DescribeConfigs).
+    """
+    if options.dead_letter is None:
+        return {}
+    cluster = shared_cluster_of(options)
+    producer = int(options.kafka.get("message.max.bytes", PRODUCER_MAX_MESSAGE_BYTES))
+    topics = [t for t in (options.topic, options.dead_letter.topic) if t is not None]
+    return {t: min(producer, cluster.max_message_bytes(t)) for t in topics}
+
+
+def output_topics(options: SinkOptions) -> list[tuple[str, str]]:
+    """The topics the sink writes to, each with the option that names it: `topic`,
+    `referencesTopic` (files mode), `deadLetterTopic` (badRows=deadLetter)."""
+    refs = options.files.references_topic if options.files is not None else None
+    dead = options.dead_letter.topic if options.dead_letter is not None else None
+    named = (
+        (str(TOPIC), options.topic),
+        (str(REFERENCES_TOPIC), refs),
+        (str(DEAD_LETTER_TOPIC), dead),
+    )
+    return [(name, topic) for name, topic in named if topic is not None]
+
+
 def _create_topics(options: SinkOptions, how: TopicCreation, cluster: ClusterFacts) -> None:
-    """Option createTopics: create option topic and referencesTopic when missing, before any
+    """Option createTopics: create the output topics (`output_topics`) when missing, before any
     transaction opens; leave an existing one as it is (warned once per process when its
     partition count is not the one asked for).
 
@@ -404,8 +433,7 @@ def _create_topics(options: SinkOptions, how: TopicCreation, cluster: ClusterFac
         PermissionDeniedError: the sink may not create a missing topic (Create on it).
         ConfigError: the brokers refuse the partitions, replication factor or configs asked.
     """
-    refs = options.files.references_topic if options.files is not None else None
-    for topic in (t for t in (options.topic, refs) if t is not None):
+    for _, topic in output_topics(options):
         if cluster.topic_exists(topic):
             if how.partitions > 0 and topic not in _WARNED:
                 _warn_if_other_partitions(topic, cluster.topic_partitions(topic), how.partitions)

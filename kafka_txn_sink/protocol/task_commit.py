@@ -41,6 +41,7 @@ class TaskCommit(WriterCommitMessage):
     schemas: tuple[SchemaUse, ...] = ()  # the registry's schemas its records carry (serde/)
     started_at_ms: int = 0  # when the attempt began (protocol/stats.py)
     bytes: int = 0  # what its producer sent for its records (protocol/stats.py)
+    dead_lettered: int = 0  # of its rows, those it wrote to the dead-letter topic
 
     @property
     def prepared_triple(self) -> Triple:
@@ -67,6 +68,7 @@ class TaskCommit(WriterCommitMessage):
             offsets=self.offsets,
             files=self.files,
             digest=self.digest,
+            dead_lettered=self.dead_lettered,
         )
 
     def cost(self) -> TaskCost:
