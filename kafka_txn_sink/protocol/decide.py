@@ -53,13 +53,11 @@ from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol import causes
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import (
-    DEAD_LETTER_FORMAT_VERSION,
-    FORMAT_VERSION,
-    PROGRESS_FORMAT_VERSION,
     Abort,
     Completion,
     Decision,
     Participant,
+    format_version,
     now_ms,
 )
 from kafka_txn_sink.protocol.prepare import BatchWrite
@@ -379,7 +377,7 @@ class Committer:
             run=self._run.run,
             round=round_,
             schemas=tuple(sorted({s for t in tasks for s in t.schemas}, key=str)),
-            version=_format_version(participants),
+            version=format_version(participants),
             stats=batch_stats(costs, decided_at_ms, margin_left_ms),
         )
         failpoints.fire("driver.before_decision", batch_id)
@@ -474,15 +472,6 @@ class Committer:
     def _make_cleanup_due(self, reason: str) -> None:
         if self._cleanup is not None:
             self._cleanup.make_due(reason)
-
-
-def _format_version(participants: Sequence[Participant]) -> int:
-    """The oldest format a decision of `participants` can be read in (messages.py)."""
-    if any(p.dead_lettered for p in participants):
-        return DEAD_LETTER_FORMAT_VERSION
-    if any(p.progress is not None for p in participants):
-        return PROGRESS_FORMAT_VERSION
-    return FORMAT_VERSION
 
 
 def check_query_id(commit_log: CommitLog, query_ids: set[str]) -> None:

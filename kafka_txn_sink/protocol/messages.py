@@ -461,6 +461,15 @@ class Completion:
             raise CommitLogError(f"malformed completion record: {exc!r}") from exc
 
 
+def format_version(participants: tuple[Participant, ...] | list[Participant]) -> int:
+    """The oldest format a decision or repair of `participants` can be read in."""
+    if any(p.dead_lettered for p in participants):
+        return DEAD_LETTER_FORMAT_VERSION
+    if any(p.progress is not None for p in participants):
+        return PROGRESS_FORMAT_VERSION
+    return FORMAT_VERSION
+
+
 def _by_partition(participant: Participant) -> int:
     return participant.partition
 

@@ -54,6 +54,7 @@ from kafka_txn_sink.protocol.messages import (
     Participant,
     SchemaUse,
     Triple,
+    format_version,
     now_ms,
 )
 from kafka_txn_sink.protocol.record import check_open, record_with_progress
@@ -338,6 +339,7 @@ class Repairer:
             repaired=tuple(repaired),
             refused=tuple(refused),
             stats=None,  # the decision's cost is not the repair's
+            version=max(decision.version, format_version(participants)),
         )
         check_current(self._sink_id, self._log, self._run)
         return repair
