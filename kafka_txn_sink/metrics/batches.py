@@ -37,6 +37,11 @@ class Decided:
         return sum(f.bytes for p in self.decision.participants for f in p.files)
 
     @property
+    def dead_lettered(self) -> int:
+        """Its rows written to the dead-letter topic (option badRows=deadLetter)."""
+        return sum(p.dead_lettered for p in self.decision.participants)
+
+    @property
     def transactions(self) -> int:
         """Its participants: the transactions it commits."""
         return len(self.decision.participants)

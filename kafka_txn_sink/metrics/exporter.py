@@ -47,6 +47,7 @@ class _Counters:
     lost_transactions: Counter
     lost_rows: Counter
     republished: Counter
+    dead_lettered: Counter
     failed_attempts: Counter
 
 
@@ -74,6 +75,9 @@ def _counters(registry: CollectorRegistry) -> _Counters:
         lost_rows=counter("lost_rows", "Rows of those transactions"),
         republished=counter(
             "republished", "Aborted transactions whose file references were published again"
+        ),
+        dead_lettered=counter(
+            "dead_lettered_rows", "Rows of the decided batches written to the dead-letter topic"
         ),
         failed_attempts=Counter(
             f"{PREFIX}_failed_attempts",
@@ -177,6 +181,7 @@ class SinkMetrics:
             c.files.labels(sink).inc(decided.files)
             c.file_bytes.labels(sink).inc(decided.file_bytes)
             c.aborted_rounds.labels(sink).inc(decision.round)
+            c.dead_lettered.labels(sink).inc(decided.dead_lettered)
             if decision.stats is not None:
                 c.record_bytes.labels(sink).inc(decision.stats.bytes)
                 self._observe("decide_seconds", decision.stats.decide_ms / 1000)
