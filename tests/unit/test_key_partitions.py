@@ -78,7 +78,7 @@ def test_null_keys_take_one_partition_and_keyed_ones_their_hash() -> None:
     from kafka_txn_sink.kafka.producer import TaskTransaction
 
     transaction = TaskTransaction.__new__(TaskTransaction)
-    transaction._partition_count = lambda topic: 5  # type: ignore[method-assign]
+    transaction.partition_count = lambda topic: 5  # type: ignore[method-assign]
     keys = [b"a", None, b"b", None]
 
     partitions = transaction._partitions_of("t", keys, 4).to_pylist()
