@@ -25,6 +25,8 @@ from kafka_txn_sink.protocol.output import Headers
 from kafka_txn_sink.records.provenance import Provenance
 
 KIND, MESSAGE = "kts.error.kind", "kts.error.message"
+TRUNCATED = "kts.error.truncated"  # the value's size before it was cut to fit the topic
+TRUNCATED_ROOM = 64  # bytes kept for that header
 # The reasons that belong to a row: what it holds, found before anything of it was produced.
 ROW_REASONS = frozenset(
     {"key_encoding", "value_encoding", "too_large", "topic", "partition", "header", "timestamp"}
@@ -95,9 +97,20 @@ class DeadLetters:
     ) -> tuple[bytes | None, bytes | None, Headers, Headers]:
         """The dead-letter record of the task's row number `ordinal` (from 0), whose key and
         value cells are `key` and `value`: its key, value, digested headers and position
-        headers."""
+        headers (a value too large for the dead-letter topic is cut to fit)."""
         headers: Headers = [(KIND, fault.reason.encode()), (MESSAGE, str(fault).encode())]
-        return _raw(key), _raw(value), headers, self.provenance.headers(ordinal)
+        where = self.provenance.headers(ordinal)
+        raw_key, raw_value = _raw(key), _raw(value)
+        limit = self.max_bytes.get(self.topic)
+        if limit is not None and raw_value is not None:
+            # A row set aside for its size would be too large for the dead-letter topic too:
+            # its value is cut to fit, and a header keeps the size it had.
+            others = len(raw_key or b"") + sum(len(n) + len(v or b"") for n, v in headers + where)
+            room = limit - FRAMING_MARGIN - others - TRUNCATED_ROOM
+            if len(raw_value) > room:
+                headers.append((TRUNCATED, str(len(raw_value)).encode()))
+                raw_value = raw_value[: max(0, room)]
+        return raw_key, raw_value, headers, where
 
 
 def _raw(cell: Any) -> bytes | None:

@@ -134,3 +134,14 @@ def test_a_fault_the_brokers_report_is_never_set_aside() -> None:
     with pytest.raises(InputError, match="larger than the broker accepts"):
         records.add_rows([("a", b"1")])
     assert records.set_aside == 0
+
+
+def test_a_value_too_large_for_the_dead_letter_topic_is_cut_to_fit() -> None:
+    txn = Topics()
+    letters = DeadLetters("dlq", Provenance("orders", 4, 1), {"out": LIMIT, "dlq": LIMIT})
+    records = RecordsOutput(txn, plan_columns(KEY_VALUE, "out"), "out", dead_letters=letters)
+    records.add_rows([("a", b"x" * 5_000)])
+    _, value, key, _, headers = txn.sent[0]
+    size = len(key) + len(value) + sum(len(n) + len(v or b"") for n, v in headers)
+    assert size <= LIMIT - FRAMING_MARGIN
+    assert dict(headers)["kts.error.truncated"] == b"5000"
