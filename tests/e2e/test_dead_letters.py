@@ -2,7 +2,8 @@
 too large for the topic, a topic that does not exist, a partition the topic lacks, a timestamp
 at the epoch), its driver killed after a decision and the query run again; a read_committed
 consumer of the output and of the dead-letter topic sees every input id once, in exactly one of
-the two, and each dead letter says why. Both Spark lines: the row writer and the Arrow one."""
+the two, and each dead letter says why; `verify`, given both topics, finds each id once. Both
+Spark lines: the row writer and the Arrow one."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tests.e2e.conftest import on_both_spark_lines
 from tests.e2e.harness import Pipeline, create_topics, kill_group, produce_ids
+from tests.e2e.test_repair import cli_json
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -52,7 +54,9 @@ def expected_reason(key: str) -> str | None:
 
 
 @on_both_spark_lines
-def test_bad_rows_go_to_the_dead_letter_topic_once_through_a_kill(pipeline: Pipeline) -> None:
+def test_bad_rows_go_to_the_dead_letter_topic_once_through_a_kill(
+    pipeline: Pipeline, capsys: pytest.CaptureFixture[str]
+) -> None:
     output, dead = pipeline.output, f"dlq_{uuid.uuid4().hex[:8]}"
     create_topics(pipeline.bootstrap, 3, dead)
     pipeline.output = ""  # the topic column routes every row
@@ -87,3 +91,8 @@ def test_bad_rows_go_to_the_dead_letter_topic_once_through_a_kill(pipeline: Pipe
     decided = [pipeline.open_log().decision(b) for b in pipeline.open_log().decided_batches()]
     counted = sum(p.dead_lettered for d in decided if d is not None for p in d.participants)
     assert counted == len(bad)
+    # verify, given the dead-letter topic as a second output, finds every input id once.
+    where = ["--log", str(pipeline.commit_log), "--checkpoint", str(pipeline.checkpoint)]
+    topics = ["--input-topic", pipeline.input, "--output-topic", output, "--output-topic", dead]
+    code, report = cli_json(capsys, "verify", "--bootstrap", pipeline.bootstrap, *topics, *where)
+    assert code == 0, report
