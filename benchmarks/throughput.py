@@ -14,6 +14,8 @@ partitions in several batches (2 partitions, `--rows` in 4 batches); and two row
   records     kafka_txn records mode                          both variants
   records_avro  the same, the value an Avro struct registered   log12
               with the test bed's Schema Registry (valueFormat=avro)
+  records_dl  kafka_txn records with badRows=deadLetter        both variants
+              and no bad row (what dead letters cost)
   floor       a Python sink that writes nothing (noop_sink)   both variants
   avro        Spark's format("avro"), local                   log12
   avro_p      the same, partitioned by service, level (16)    log12
@@ -86,6 +88,7 @@ WRITERS = {
     "kafka": Writer("Spark format('kafka')", "kafka", "kafka"),
     "records": Writer("kafka_txn records", "kafka_txn", "kafka"),
     "records_avro": Writer("kafka_txn records, Avro values", "kafka_txn", "avro_value", LOG12),
+    "records_dl": Writer("kafka_txn records, badRows=deadLetter", "kafka_txn", "kafka"),
     "floor": Writer("a Python sink writing nothing", "", "kafka"),
     "avro": Writer("Spark format('avro')", "avro", "files", LOG12),
     "avro_p": Writer("Spark format('avro'), 16 partitions", "avro", "files", LOG12, True),
@@ -98,7 +101,15 @@ WRITERS = {
     "payload": Writer("kafka_txn files, JSON payload", "kafka_txn", "payload", LOG12),
 }
 LINE40_WRITERS = (
-    "kafka", "records", "records_avro", "floor", "avro", "avro_p", "files", "files_p"
+    "kafka",
+    "records",
+    "records_avro",
+    "records_dl",
+    "floor",
+    "avro",
+    "avro_p",
+    "files",
+    "files_p",
 )
 # 4.0 gives Python sinks rows, the newest line Arrow batches
 FLOORS = {"4.0": "noop_python", testing.newest_spark_line(): "noop_arrow"}
@@ -172,6 +183,9 @@ class Bench:
             return {"kafka.bootstrap.servers": self.bootstrap, "topic": topic, **producer}
         if key == "records":
             return {**self.txn_options(run), "topic": self.topic(out, cell.partitions)}
+        if key == "records_dl":  # dead letters on, and no bad row: what the good path costs
+            dead = {"badRows": "deadLetter", "deadLetterTopic": self.topic(f"{out} dlq", 1)}
+            return {**self.txn_options(run), "topic": self.topic(out, cell.partitions), **dead}
         if key == "records_avro":
             registry = {"valueFormat": "avro", "schema.registry.url": self.registry}
             return {**self.txn_options(run), "topic": self.topic(out, cell.partitions), **registry}
