@@ -34,6 +34,7 @@ from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.metrics.batches import LogReader
 from kafka_txn_sink.metrics.exporter import SinkMetrics
 from kafka_txn_sink.metrics.guard import GuardReading, look
+from kafka_txn_sink.protocol.messages import Decision
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 15.0
@@ -127,8 +128,8 @@ class _Guard:
         self._log = commit_log
         self._clients: tuple[TxnAdmin, Cluster] | None = None
 
-    def look(self) -> GuardReading:
-        """One reading (metrics/guard.py `look`).
+    def look(self, latest: Decision | None) -> GuardReading:
+        """One reading (metrics/guard.py `look`), watching `latest`'s partitions too.
 
         Raises:
             KafkaTxnSinkError (or another error): the brokers could not be asked; the clients
@@ -145,7 +146,7 @@ class _Guard:
             self._clients = (txn_admin, cluster)
         txn_admin, cluster = self._clients
         try:
-            return look(self._sink_id, self._log, txn_admin, cluster)
+            return look(self._sink_id, self._log, txn_admin, cluster, latest)
         except BaseException:
             self.close()
             raise

@@ -136,30 +136,22 @@ class LogReader:
         self._latest = latest
         if not self._started:
             self._started = True
-            repaired, aborted = self._baseline(fresh, latest, repaired, aborted)
+            counted = {d.batch_id for d in fresh}  # the baseline notes the others, uncounted
+            repaired = [r for r in repaired if r.batch_id in counted]
+            aborted = [a for a in aborted if a.batch_id in counted]
         self._forget_before(latest)
         decided = tuple(Decided(d) for d in fresh)
         return News(decided, tuple(completed), tuple(repaired), tuple(aborted), latest)
 
     @property
+    def latest(self) -> Decision | None:
+        """The newest decision the last successful read knew."""
+        return self._latest
+
+    @property
     def incomplete(self) -> list[int]:
         """The decided batches seen without a completion marker yet."""
         return sorted(self._incomplete)
-
-    def _baseline(
-        self,
-        fresh: list[Decision],
-        latest: Decision | None,
-        repaired: list[Repaired],
-        aborted: list[Abort],
-    ) -> tuple[list[Repaired], list[Abort]]:
-        """Of the first read's repairs and aborts, those of batches it counts (`fresh`); the
-        others are noted as seen, not counted."""
-        counted = {d.batch_id for d in fresh}
-        return (
-            [r for r in repaired if r.batch_id in counted],
-            [a for a in aborted if a.batch_id in counted],
-        )
 
     def _forget_before(self, latest: Decision | None) -> None:
         """Drop what only older batches need: repairs and aborts come to the newest and the

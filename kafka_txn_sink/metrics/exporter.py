@@ -97,7 +97,7 @@ class SinkMetrics:
         self,
         sink_id: str,
         reader: LogReader,
-        guard: Callable[[], GuardReading] | None,
+        guard: Callable[[Decision | None], GuardReading] | None,
         registry: CollectorRegistry | None = None,
     ):
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -158,7 +158,7 @@ class SinkMetrics:
         if self._guard is None:
             return
         try:
-            self._reading = self._guard()
+            self._reading = self._guard(self._reader.latest)
             self._gauge("guard_up", 1)
         except Exception as exc:
             log.warning(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.kafka.admin_api import TransactionAdmin, TxnState
-from kafka_txn_sink.protocol.messages import now_ms
+from kafka_txn_sink.protocol.messages import Decision, now_ms
 from kafka_txn_sink.protocol.recover import Holdings, sink_holdings
 from kafka_txn_sink.protocol.stuck import Ends, HeldBack, decision_partitions, held_back
 
@@ -50,9 +50,14 @@ class GuardReading:
 
 
 def look(
-    sink_id: str, commit_log: CommitLog, txn_admin: TransactionAdmin, cluster: Ends
+    sink_id: str,
+    commit_log: CommitLog,
+    txn_admin: TransactionAdmin,
+    cluster: Ends,
+    latest: Decision | None,
 ) -> GuardReading:
-    """The sink's open transactions and its output partitions' lag, now.
+    """The sink's open transactions and its output partitions' lag, now (`latest`: the newest
+    decision, whose partitions are watched too).
 
     Raises:
         KafkaTxnSinkError / CommitLogError: the brokers or the log could not be read.
@@ -68,7 +73,7 @@ def look(
         )
         for state in holdings.open
     )
-    watched = decision_partitions(commit_log.latest_decision())
+    watched = decision_partitions(latest)
     return GuardReading(now, transactions, tuple(held_back(holdings.open, cluster, watched)))
 
 

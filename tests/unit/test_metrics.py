@@ -189,7 +189,7 @@ def test_the_guard_shows_the_newest_reading_only() -> None:
         KafkaUnavailableError("no broker"),
     ]
 
-    def guard() -> GuardReading:
+    def guard(latest: Decision | None) -> GuardReading:
         reading = readings.pop(0)
         if isinstance(reading, Exception):
             raise reading
