@@ -217,6 +217,7 @@ def test_a_rerun_after_a_success_writes_nothing_and_says_so(pipeline: Pipeline) 
 # -- the driver killed, the job run again with the same writeId ------------------------------------
 
 
+@pytest.mark.full  # CI: the kill after the decision below, the harder re-run
 def test_killed_before_the_decision_the_rerun_writes_once(pipeline: Pipeline) -> None:
     with_files(pipeline)
     kill_at(pipeline, "redo", "driver.before_decision")

@@ -162,6 +162,7 @@ def test_transaction_too_old_at_the_prepare_check_publishes_nothing(pipeline: Pi
 # -- a decided transaction aborted by the coordinator ---------------------------------------------
 
 
+@pytest.mark.full  # CI: test_repair_shuffled.py's replays, each batch aborted by the timeout
 def test_decided_transactions_aborted_by_timeout_are_written_again_by_the_replay(
     pipeline: Pipeline,
 ) -> None:

@@ -56,7 +56,7 @@ def kill_at_batch_1_and_wait_for_the_timeout(
     return ids
 
 
-@pytest.mark.full  # CI: test_records_failures.py's decided transactions aborted by the timeout
+@pytest.mark.full  # CI: test_repair_shuffled.py's replays, each batch aborted by the timeout
 def test_a_batch_aborted_by_the_timeout_after_its_decision_is_repaired_by_the_replay(
     pipeline: Pipeline, capsys: pytest.CaptureFixture[str]
 ) -> None:

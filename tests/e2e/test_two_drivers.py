@@ -116,6 +116,7 @@ def test_new_run_released_first_then_old(pipeline: Pipeline) -> None:
     finish_the_query(pipeline, ids)
 
 
+@pytest.mark.full  # CI: the late task attempt below; the crash suite's long run freezes at random
 def test_old_run_frozen_at_a_random_moment_then_resumed_then_killed(pipeline: Pipeline) -> None:
     seed = int(os.environ.get("KTS_FREEZE_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
