@@ -3,7 +3,8 @@
 The core install runs records mode with a JSON commit log on a local or mounted path. Each other
 feature comes with an extra: files mode (`files`), an `s3://` location (`s3`), the Delta commit
 log (`delta`), a PKCS#12 keystore (`keystore`), the verifier (`verify`), record formats of a
-Schema Registry (`registry`, and `protobuf` for that format); `all` has them all. The
+Schema Registry (`registry`, and `protobuf` for that format), AWS MSK IAM authentication
+(`msk-iam`); `all` has them all. The
 driver checks the options at its start (`option_extras.check_install`) and
 the command line checks its arguments (`require`), so that a missing extra is one clear error
 naming the option and the `pip install` line, never an ImportError in a task.
@@ -27,6 +28,7 @@ EXTRAS: Mapping[str, tuple[str, ...]] = {
     "verify": ("numpy", "fastavro", "boto3", "botocore"),
     "registry": ("confluent_kafka.schema_registry", "fastavro", "jsonschema", "numpy"),
     "protobuf": ("grpc_tools", "google.protobuf"),
+    "msk-iam": ("aws_msk_iam_sasl_signer", "botocore"),
 }
 
 

@@ -7,9 +7,10 @@ record before any handler sees it, as text and as the escaped forms `repr` gives
 its stack (`stack_info`) and its exception's traceback (`exc_info`, chained exceptions
 included).
 
-A URL may carry credentials in its user info (`https://user:password@host/`, which
-confluent-kafka's registry client takes as basic auth): whatever the setting's name, they are
-masked in logs, and `redact` and `scrubbed` show such a URL as `https://***@host/`.
+AWS MSK IAM tokens are masked by their shape (`_SHAPES`). A URL may carry credentials in its
+user info (`https://user:password@host/`, which confluent-kafka's registry client takes as basic
+auth): whatever the setting's name, they are masked in logs, and `redact` and `scrubbed` show
+such a URL as `https://***@host/`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ _SECRET_HINTS = (
     "credentials",
     "user.info",
 )
+
+# Secrets known by their shape, whoever made them: AWS MSK IAM tokens (kafka/msk_iam_tokens.py),
+# base64url of "https://kafka." and the presigned request's query, session token included. They
+# are masked by shape rather than registered one by one: a query signs a new one every few
+# minutes in every process.
+_SHAPES = (re.compile(r"aHR0cHM6Ly9rYWZrYS[A-Za-z0-9_-]+"),)
 
 _lock = threading.Lock()
 _secrets: tuple[str, ...] = ()  # every form of every secret, the longest first
@@ -123,6 +130,8 @@ def _masking(previous: Callable[..., logging.LogRecord]) -> Callable[..., loggin
 def _masked(text: str) -> str:
     for secret in _secrets:
         text = text.replace(secret, MASK)
+    for shape in _SHAPES:
+        text = shape.sub(MASK, text)
     return text
 
 

@@ -31,6 +31,7 @@ from kafka_txn_sink.kafka.permissions import (
     refused,
     topic_permission,
 )
+from kafka_txn_sink.kafka.security import librdkafka_config
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin, shared_txn_admin
 from kafka_txn_sink.protocol.messages import GroupOffsets, GroupProgress, OffsetRanges
 
@@ -75,7 +76,10 @@ class Cluster:
         self._timeout_s = timeout_ms / 1000
         # librdkafka reports a refused login here only; a request then fails as "transport".
         self._login_refused: KafkaError | None = None
-        admin_config: dict[str, Any] = {**self._config, "error_cb": self._on_error}
+        admin_config: dict[str, Any] = {
+            **librdkafka_config(self._config),
+            "error_cb": self._on_error,
+        }
         self._admin = AdminClient(admin_config)
         self._facts_lock = threading.Lock()
         self._max_timeout: tuple[float, int] | None = None  # (learnt at, value)

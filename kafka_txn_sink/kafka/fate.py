@@ -28,6 +28,7 @@ from typing import Any, Literal
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from kafka_txn_sink.kafka.admin_api import Fate, FateAnswer
+from kafka_txn_sink.kafka.security import librdkafka_config
 from kafka_txn_sink.protocol.messages import OffsetRanges
 
 # What one record of the transaction showed: visible at read_committed; in the log but hidden
@@ -205,7 +206,7 @@ class _Reader:
         if isolation not in self._consumers:
             self._consumers[isolation] = Consumer(
                 {
-                    **self._config,
+                    **librdkafka_config(self._config),
                     "group.id": f"kafka-txn-sink-probe-{uuid.uuid4()}",
                     "isolation.level": isolation,
                     "enable.auto.commit": False,

@@ -19,6 +19,7 @@ from kafka_txn_sink.errors import (
     PermissionDeniedError,
 )
 from kafka_txn_sink.extras import missing_modules
+from kafka_txn_sink.kafka.msk_iam import MECHANISM as MSK_IAM
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,18 @@ class Permission:
         kind = f"{self.resource} prefix" if self.prefixed else self.resource
         return f"{self.operation} on {kind} '{self.name}'"
 
+    def iam_action(self) -> str:
+        """The MSK IAM action that stands for it (`kafka-cluster:WriteData`)."""
+        return f"kafka-cluster:{_IAM_ACTIONS[(self.operation, self.resource)]}"
+
+    def iam_resource(self) -> str:
+        """The ARN pattern of its resource, the account, cluster and region left to fill."""
+        if self.resource == "cluster":
+            return "arn:aws:kafka:<region>:<account>:cluster/<cluster>/<uuid>"
+        kind = "transactional-id" if self.resource == "transactional-id" else self.resource
+        name = f"{self.name}*" if self.prefixed else self.name
+        return f"arn:aws:kafka:<region>:<account>:{kind}/<cluster>/*/{name}"
+
     def grant_command(self, principal: str) -> str:
         """The `kafka-acls.sh` command that grants it to `principal`."""
         target = "--cluster" if self.resource == "cluster" else f"--{self.resource} '{self.name}'"
@@ -45,6 +58,20 @@ class Permission:
             f"kafka-acls.sh --bootstrap-server <brokers> --command-config <admin.properties> "
             f"--add --allow-principal '{principal}' --operation {self.operation} {target}{pattern}"
         )
+
+
+# (ACL operation, resource) -> MSK's IAM action for the same Kafka requests.
+_IAM_ACTIONS = {
+    ("Write", "topic"): "WriteData",
+    ("Read", "topic"): "ReadData",
+    ("Describe", "topic"): "DescribeTopic",
+    ("Create", "topic"): "CreateTopic",
+    ("Write", "transactional-id"): "AlterTransactionalId",
+    ("Describe", "transactional-id"): "DescribeTransactionalId",
+    ("Read", "group"): "AlterGroup",
+    ("Describe", "group"): "DescribeGroup",
+    ("DescribeConfigs", "cluster"): "DescribeClusterDynamicConfiguration",
+}
 
 
 def ids_permission(operation: str, sink_id: str) -> Permission:
@@ -63,8 +90,8 @@ def topic_permission(operation: str, topic: str) -> Permission:
 
 
 CLUSTER_DESCRIBE_CONFIGS = Permission("DescribeConfigs", "cluster")
-UNKNOWN_SUBJECT = "User:<the subject of the client certificate>"
 """Reading the brokers' transaction.max.timeout.ms when the query starts."""
+UNKNOWN_SUBJECT = "User:<the subject of the client certificate>"
 
 
 def _login(kafka: Mapping[str, str]) -> tuple[dict[str, str], str, str]:
@@ -109,7 +136,14 @@ def _certificate_principal(lowered: Mapping[str, str]) -> str:
 
 
 def denied(permission: Permission, kafka: Mapping[str, str], step: str) -> PermissionDeniedError:
-    """The error for `step` refused for lack of `permission`."""
+    """The error for `step` refused for lack of `permission` (with MSK IAM, its IAM action)."""
+    if _login(kafka)[2] == MSK_IAM:
+        return PermissionDeniedError(
+            f"{step}: MSK refused {permission.describe()} to the IAM identity of this "
+            f"process's AWS credentials. Allow {permission.iam_action()} on "
+            f"{permission.iam_resource()} in its policy (docs/operations.md lists every action "
+            "the sink needs)"
+        )
     who = principal(kafka)
     return PermissionDeniedError(
         f"{step}: Kafka refused {permission.describe()} to {who} (or the principal the brokers "
@@ -120,6 +154,13 @@ def denied(permission: Permission, kafka: Mapping[str, str], step: str) -> Permi
 def authentication_failed(kafka: Mapping[str, str], detail: str) -> AuthenticationFailedError:
     """The error for credentials the brokers refused; `detail` must not hold a secret."""
     _, protocol, mechanism = _login(kafka)
+    if mechanism == MSK_IAM:
+        return AuthenticationFailedError(
+            f"authentication failed (SASL {MSK_IAM}): {detail}. Check that this process's AWS "
+            "credentials are valid and not expired, that their policy allows "
+            "kafka-cluster:Connect on the cluster, that kafka.aws.region is the cluster's, "
+            "and that the clock is right"
+        )
     how = f"SASL {mechanism or 'GSSAPI'}" if protocol.startswith("SASL") else "TLS"
     return AuthenticationFailedError(
         f"authentication failed ({how} as {principal(kafka)}, security.protocol={protocol}): "

@@ -25,6 +25,7 @@ from kafka_txn_sink.errors import InputError, KafkaTxnSinkError, KafkaUnavailabl
 from kafka_txn_sink.kafka.deliveries import PURGED, Deliveries, EosStats, PartitionReports
 from kafka_txn_sink.kafka.partitioner import key_partitions
 from kafka_txn_sink.kafka.permissions import refused, topic_permission
+from kafka_txn_sink.kafka.security import librdkafka_config
 from kafka_txn_sink.protocol.messages import OffsetRanges, Triple
 
 # The producer id and epoch are read from the first statistics sample after the flush, so this
@@ -97,7 +98,7 @@ class TaskTransaction:
         self._config = config
         self._producer: Producer | None = Producer(
             {
-                **config,
+                **librdkafka_config(config),
                 "on_delivery": self._deliveries.on_delivery,
                 "stats_cb": self._stats.on_stats,
             }

@@ -27,6 +27,7 @@ from typing import Any
 
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.extras import require
+from kafka_txn_sink.kafka import msk_iam
 from kafka_txn_sink.redaction import mask_in_logs
 
 JAAS = "sasl.jaas.config"
@@ -45,7 +46,14 @@ _JAAS_PAIR = re.compile(
     r'\s*(?P<key>[\w.]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s;"]+))'
 )
 
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")
+SASL_MECHANISMS = (
+    "PLAIN",
+    "SCRAM-SHA-256",
+    "SCRAM-SHA-512",
+    "GSSAPI",
+    "OAUTHBEARER",
+    msk_iam.MECHANISM,
+)
 """The SASL mechanisms both clients speak."""
 
 # librdkafka setting -> kafka-python setting, passed as they are.
@@ -77,6 +85,8 @@ _OIDC = {
     "sasl.oauthbearer.extensions",
 }
 _PKCS12 = {"ssl.keystore.location", "ssl.keystore.password"}
+MSK_IAM_CONFLUENT_KAFKA = (2, 13)
+_HANDLER_CLASSES = ("sasl.login.callback.handler.class", "sasl.client.callback.handler.class")
 _HOSTNAME_CHECK = "ssl.endpoint.identification.algorithm"
 _SECURITY_PREFIXES = ("sasl.", "ssl.", "security.")
 
@@ -89,7 +99,8 @@ _JAVA_ONLY = {
     "ssl.keystore.type": "{p}ssl.keystore.location takes a PKCS#12 file; or give PEM files "
     "as {p}ssl.certificate.location and {p}ssl.key.location",
     "sasl.login.callback.handler.class": "Java classes cannot run here; for OAuth give "
-    "{p}sasl.oauthbearer.method=oidc with its client settings",
+    "{p}sasl.oauthbearer.method=oidc with its client settings (AWS's MSK IAM handlers are "
+    "taken: the sink signs MSK IAM tokens itself)",
     "sasl.client.callback.handler.class": "Java classes cannot run here",
 }
 _DRIVER_REFUSES = {
@@ -160,17 +171,20 @@ def translate_jaas(kafka: Mapping[str, str]) -> dict[str, str]:
         ConfigError: another login module, a malformed line, no username or password, a
             mechanism that does not fit the module, or credentials given both ways.
     """
+    kafka = _aws_java_route(kafka)
     key = next((k for k in kafka if k.lower() == JAAS), None)
     if key is None:
         return dict(kafka)
     settings = {k: v for k, v in kafka.items() if k != key}
     module, values = _parse_jaas(kafka[key])
+    if module.removeprefix(msk_iam.SHADED) == msk_iam.LOGIN_MODULE:
+        return _with_msk_iam(settings, values)
     family = _LOGIN_MODULES.get(module)
     if family is None:
         raise ConfigError(
             f"option kafka.{JAAS}: login module {module} is not supported; the Plain and Scram "
-            "modules are, or give librdkafka's settings (kafka.sasl.username, "
-            "kafka.sasl.password, kafka.sasl.oauthbearer.*)"
+            "modules are, and AWS's IAMLoginModule (MSK IAM), or give librdkafka's settings "
+            "(kafka.sasl.username, kafka.sasl.password, kafka.sasl.oauthbearer.*)"
         )
     if {"sasl.username", "sasl.password"} & {k.lower() for k in settings}:
         raise ConfigError(
@@ -184,6 +198,36 @@ def translate_jaas(kafka: Mapping[str, str]) -> dict[str, str]:
     settings["sasl.username"] = values["username"]
     settings["sasl.password"] = values["password"]
     return settings
+
+
+def _aws_java_route(kafka: Mapping[str, str]) -> dict[str, str]:
+    """`kafka` with AWS's Java callback handlers dropped; their OAUTHBEARER route (AWS's login
+    handler with Kafka's OAuthBearerLoginModule) becomes `sasl.mechanism=AWS_MSK_IAM`."""
+    handlers = [
+        k
+        for k, v in kafka.items()
+        if k.lower() in _HANDLER_CLASSES and msk_iam.is_java_handler(str(v))
+    ]
+    if not handlers:
+        return dict(kafka)
+    settings = {k: v for k, v in kafka.items() if k not in handlers}
+    mechanism = (_get(settings, "sasl.mechanism") or "").upper()
+    if mechanism == "OAUTHBEARER":
+        settings = {k: v for k, v in settings.items() if k.lower() not in ("sasl.mechanism", JAAS)}
+        settings["sasl.mechanism"] = msk_iam.MECHANISM
+    return settings
+
+
+def _with_msk_iam(settings: dict[str, str], values: Mapping[str, str]) -> dict[str, str]:
+    """`settings` with an IAMLoginModule line's options as the sink's `aws.*` settings."""
+    mechanism = (_get(settings, "sasl.mechanism") or msk_iam.MECHANISM).upper()
+    if mechanism != msk_iam.MECHANISM:
+        raise ConfigError(
+            f"option kafka.{JAAS} uses AWS's IAMLoginModule but kafka.sasl.mechanism is "
+            f"{mechanism}: set it to {msk_iam.MECHANISM}"
+        )
+    settings = {k: v for k, v in settings.items() if k.lower() != "sasl.mechanism"}
+    return {**settings, "sasl.mechanism": msk_iam.MECHANISM, **msk_iam.jaas_settings(values)}
 
 
 def _parse_jaas(line: str) -> tuple[str, dict[str, str]]:
@@ -251,6 +295,7 @@ def check_driver_support(kafka: Mapping[str, str], prefix: str = KAFKA_PREFIX) -
             f"{prefix}sasl.oauthbearer.method=oidc with {prefix}sasl.oauthbearer."
             "client.id, .client.secret and .token.endpoint.url"
         )
+    _check_msk_iam(lowered, mechanism, prefix)
     algorithm = lowered.get(_HOSTNAME_CHECK)
     if algorithm is not None and algorithm.lower() not in ("https", "none"):
         raise ConfigError(f"option {prefix}{_HOSTNAME_CHECK} must be https or none")
@@ -259,6 +304,35 @@ def check_driver_support(kafka: Mapping[str, str], prefix: str = KAFKA_PREFIX) -
         from kafka_txn_sink.kafka.oauth import check_token_endpoint
 
         check_token_endpoint(token_endpoint, prefix)
+
+
+def _check_msk_iam(lowered: Mapping[str, str], mechanism: str, prefix: str) -> None:
+    """MSK IAM runs over TLS only, and its `aws.*` settings mean nothing without it."""
+    aws = sorted(name for name in lowered if name in msk_iam.SETTINGS)
+    if mechanism != msk_iam.MECHANISM:
+        if aws:
+            raise ConfigError(
+                f"option {prefix}{aws[0]} is for {prefix}sasl.mechanism={msk_iam.MECHANISM} only"
+            )
+        return
+    if lowered.get("security.protocol", "").upper() != "SASL_SSL":
+        raise ConfigError(
+            f"option {prefix}sasl.mechanism={msk_iam.MECHANISM} needs "
+            f"{prefix}security.protocol=SASL_SSL (MSK serves IAM over TLS only)"
+        )
+    require(f"option {prefix}sasl.mechanism={msk_iam.MECHANISM}", "msk-iam")
+    from importlib import metadata
+
+    from kafka_txn_sink.kafka.client_versions import release
+
+    installed = metadata.version("confluent-kafka")
+    if release(installed) < MSK_IAM_CONFLUENT_KAFKA:
+        # Before 2.13 librdkafka asks for a token only while the client is polled: an admin
+        # client or a producer waiting in init_transactions would never log in.
+        raise ConfigError(
+            f"option {prefix}sasl.mechanism={msk_iam.MECHANISM} needs confluent-kafka>=2.13 "
+            f"(installed: {installed}): pip install 'confluent-kafka>=2.13,<3'"
+        )
 
 
 def _check_setting(name: str, value: str, prefix: str) -> None:
@@ -282,8 +356,9 @@ def _check_setting(name: str, value: str, prefix: str) -> None:
         )
 
 
-def driver_settings(kafka: Mapping[str, str]) -> dict[str, Any]:
-    """kafka-python settings that give the driver's client the identity `kafka` gives the tasks.
+def driver_settings(kafka: Mapping[str, str], bootstrap: str = "") -> dict[str, Any]:
+    """kafka-python settings that give the driver's client the identity `kafka` gives the tasks
+    (of the brokers `bootstrap`, whose host names may give MSK IAM its region).
 
     Call `check_driver_support` first. Inline PEM and PKCS#12 material is written to files
     only this user can read, removed when the process exits.
@@ -301,6 +376,11 @@ def driver_settings(kafka: Mapping[str, str]) -> dict[str, Any]:
             settings[target] = str(_private_file(name, lowered[name].encode()))
     if lowered.get("ssl.keystore.location"):
         settings.update(_pkcs12_files(lowered))
+    if msk_iam.is_msk_iam(lowered):
+        from kafka_txn_sink.kafka.msk_iam_tokens import MskIamTokenProvider, resolve
+
+        settings["sasl_mechanism"] = "OAUTHBEARER"
+        settings["sasl_oauth_token_provider"] = MskIamTokenProvider(resolve(lowered, bootstrap))
     if "sasl.oauthbearer.method" in lowered:
         from kafka_txn_sink.kafka.oauth import ClientCredentialsTokenProvider
 
@@ -308,6 +388,20 @@ def driver_settings(kafka: Mapping[str, str]) -> dict[str, Any]:
             lowered
         )
     return settings
+
+
+def librdkafka_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """`config` as librdkafka takes it: MSK IAM becomes OAUTHBEARER with a callback that signs
+    this process's tokens (`msk_iam_tokens.librdkafka_settings`); any other config as it is.
+
+    Raises:
+        ConfigError: MSK IAM without credentials or region.
+    """
+    if not msk_iam.is_msk_iam(config):
+        return dict(config)
+    from kafka_txn_sink.kafka.msk_iam_tokens import librdkafka_settings
+
+    return librdkafka_settings(config)
 
 
 def _pkcs12_files(lowered: Mapping[str, str]) -> dict[str, str]:

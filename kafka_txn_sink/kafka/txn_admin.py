@@ -75,7 +75,7 @@ def admin_settings(
         # (2.6 s for 32, measured) or stalled until the deadline on a fresh connection.
         "max_in_flight_requests_per_connection": MAX_IN_FLIGHT,
     }
-    settings.update(driver_settings(kafka))
+    settings.update(driver_settings(kafka, bootstrap))
     return settings
 
 

@@ -32,6 +32,7 @@ from kafka_txn_sink.kafka.permissions import (
     topic_permission,
 )
 from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.kafka.security import librdkafka_config
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.messages import (
     PROGRESS_PARTITION,
@@ -235,7 +236,9 @@ def group_metadata(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int, gr
     """The group's metadata as a client that never joins it sends it (generation -1, no member
     id): the start refuses a group with active members (start.py)."""
     config = client_config(bootstrap, kafka, timeout_ms)
-    consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer(
+        {**librdkafka_config(config), "group.id": group, "enable.auto.commit": False}
+    )
     try:
         return consumer.consumer_group_metadata()
     finally:

@@ -38,6 +38,7 @@ from kafka_txn_sink.errors import ConfigError, PermissionDeniedError, Transactio
 from kafka_txn_sink.files_options import REFERENCES_TOPIC
 from kafka_txn_sink.kafka.admin_api import ClusterFacts, TransactionAdmin
 from kafka_txn_sink.kafka.cluster import discard_cluster
+from kafka_txn_sink.kafka.security import librdkafka_config
 from kafka_txn_sink.options import (
     CLOCK_SKEW,
     COMMIT_LOG_FORMAT,
@@ -353,7 +354,7 @@ def check_producer_settings(options: SinkOptions) -> None:
         return
     config = options.producer_config(transactional_id(options.sink_id, 0, slot=0))
     try:
-        Producer(config)  # no request is sent before init_transactions(); dropped at once
+        Producer(librdkafka_config(config))  # no request before init_transactions(); dropped
     except (KafkaException, ValueError, TypeError) as exc:
         raise ConfigError(f"a kafka.* option is not a valid producer setting: {exc}") from None
     _CHECKED_PRODUCER_SETTINGS.add(key)

@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from kafka_txn_sink.errors import ConfigError, KafkaUnavailableError
 from kafka_txn_sink.kafka.cluster import client_config
+from kafka_txn_sink.kafka.security import librdkafka_config
 
 CHUNK = 20_000  # messages handed over at a time
 _POLL_S = 0.5
@@ -126,7 +127,9 @@ class KafkaReader:
                 "log_level": 2,
                 # Bound what librdkafka prefetches: the verifier's memory goes to the ids.
                 "queued.max.messages.kbytes": 16384,
-                **client_config(bootstrap, kafka or {}, max(int(timeout_s * 1000), 10)),
+                **librdkafka_config(
+                    client_config(bootstrap, kafka or {}, max(int(timeout_s * 1000), 10))
+                ),
                 "group.id": f"kafka-txn-sink-verify-{uuid.uuid4()}",
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,

@@ -113,7 +113,7 @@ def test_the_sink_options_carry_the_translated_credentials_to_the_tasks() -> Non
         ("ssl.keystore.type", "JKS", "Java client setting"),
         ("sasl.kerberos.keytab", "/k", "ticket cache"),
         ("ssl.engine.location", "/e.so", "kafka-python, which completes the transactions"),
-        ("sasl.mechanism", "AWS_MSK_IAM", "AWS_MSK_IAM is not supported"),
+        ("sasl.mechanism", "AWS_MSK_IAM", "needs kafka.security.protocol=SASL_SSL"),
         ("sasl.mechanism", "OAUTHBEARER", "needs kafka.sasl.oauthbearer.method=oidc"),
         ("ssl.endpoint.identification.algorithm", "", "must be https or none"),
     ],
