@@ -61,8 +61,9 @@ run() {
 status=0
 run unit tests/unit
 # Less the hundred restarts: they check the id pool over runs, not a client (the CI tier runs
-# them on the newest clients), and took 230 s of this tier's 339 (2026-11-27).
-run kafka tests/integration -m "kafka and not spark and not s3" \
+# them on the newest clients), and took 230 s of this tier's 339 (2026-11-27). Less MSK IAM,
+# which needs confluent-kafka 2.13 (the sink refuses older at start: tests/unit/test_msk_iam.py).
+run kafka tests/integration -m "kafka and not spark and not s3 and not msk_iam" \
   --deselect tests/integration/test_restart_ids.py::test_a_hundred_restarts_leave_a_bounded_set_of_ids
 echo "test_clients $end: $((SECONDS - started)) s, logs in $venv/*.log"
 exit "$status"

@@ -3,8 +3,9 @@
 - Apache Kafka's own broker (KRaft, one node) from jars that Maven resolves from Maven Central
   (``kafka_broker``; versions, cache and Maven in ``jars``), also secured as in production: TLS,
   SASL (SCRAM, PLAIN), mutual TLS and ACLs, from a CA it makes itself (``secured_broker``,
-  ``certificates``); three such nodes as one cluster whose nodes tests kill and restart
-  (``kafka_cluster``).
+  ``certificates``); that secured broker also authenticating AWS MSK IAM tokens, checked for
+  real by a Java callback handler compiled here (``iam_broker``); three such nodes as one
+  cluster whose nodes tests kill and restart (``kafka_cluster``).
 - A Spark standalone cluster (a master and workers on loopback) and a virtual environment with
   the package installed from its wheel, for executors in JVMs of their own (``spark_cluster``).
 - A Spark Connect server started from an installed PySpark, for queries a Connect client sends,
@@ -33,6 +34,7 @@ pyspark where a session starts or a reader runs, and moto runs in its own proces
 from __future__ import annotations
 
 from kafka_txn_sink.testing.errors import TestbedError
+from kafka_txn_sink.testing.iam_broker import IamKafkaBroker
 from kafka_txn_sink.testing.jars import (
     MARKER,
     MAVEN_SETTINGS,
@@ -91,6 +93,7 @@ __all__ = [
     "AnyS3Server",
     "ExternalKafkaBroker",
     "ExternalS3Server",
+    "IamKafkaBroker",
     "KafkaBroker",
     "KafkaCluster",
     "KafkaUser",

@@ -192,8 +192,9 @@ class KafkaBroker:
 
     Ports are chosen on the first start and kept, so ``restart()`` gives the same bootstrap
     address and the same data. A subclass changes the listeners (``LISTENERS``), the broker's
-    settings (``config``), what is written before a start (``_write_files``), the options of
-    the storage format and the client the test bed itself uses (``setup_settings``).
+    settings (``config``), what is written before a start (``_write_files``), the class path
+    of its JVMs (``_classpath``), the options of the storage format and the client the test bed
+    itself uses (``setup_settings``).
     """
 
     #: Listener name -> security protocol; ``bootstrap`` is the first one's address and
@@ -316,9 +317,14 @@ class KafkaBroker:
             *tuning,
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
             "-cp",
-            f"{kafka_jars(self.version)}/*",
+            os.pathsep.join(self._classpath()),
             *args,
         ]
+
+    def _classpath(self) -> list[str]:
+        """The class path of every JVM of this broker (the broker and its tools): Kafka's jars;
+        a subclass appends its own classes (e.g. a SASL callback handler)."""
+        return [f"{kafka_jars(self.version)}/*"]
 
     def _format_storage(self) -> None:
         """Format ``log.dirs`` once (KRaft needs a cluster id and meta.properties)."""

@@ -128,6 +128,21 @@ def java_executable(needed_for: str) -> str:
     return found
 
 
+def javac_executable(needed_for: str) -> str:
+    """``javac`` beside the ``java`` the test bed runs (so both are one JDK), else
+    ``$JAVA_HOME/bin/javac``, else on PATH; a TestbedError naming javac and what needs it."""
+    java = Path(java_executable(needed_for)).resolve()
+    java_home = os.environ.get("JAVA_HOME")
+    beside = [java.parent / "javac", *([Path(java_home) / "bin" / "javac"] if java_home else [])]
+    found = next((str(path) for path in beside if path.is_file()), None) or shutil.which("javac")
+    if found is None:
+        raise TestbedError(
+            f"the Java compiler (javac) is neither beside {java}, in $JAVA_HOME nor on PATH: "
+            f"{needed_for}; install a JDK 17 or 21, not only a JRE"
+        )
+    return found
+
+
 def maven_executable() -> str:
     """``mvn`` on PATH; a TestbedError saying what needs it."""
     found = shutil.which("mvn")
