@@ -16,13 +16,15 @@ import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import boto3
 import pytest
 
 from kafka_txn_sink import testing
 from kafka_txn_sink.storage import S3Settings
+from kafka_txn_sink.testing.iam_broker import IamKafkaBroker
+from kafka_txn_sink.testing.kafka_broker import KafkaBroker
 from kafka_txn_sink.testing.secured_broker import SecuredKafkaBroker
 
 Broker = testing.AnyKafkaBroker
@@ -99,17 +101,36 @@ def make_kafka_broker(
         broker.stop()
 
 
+B = TypeVar("B", bound=KafkaBroker)
+
+
+def _started(broker: B, what: str) -> Iterator[B]:
+    """`broker` started for the tests that use it, which it fails (never skips) when it cannot
+    start, and stopped after them."""
+    try:
+        broker.start()
+    except testing.TestbedError as exc:
+        pytest.fail(f"the {what} did not start: {exc}", pytrace=False)
+    yield broker
+    broker.stop()
+
+
 @pytest.fixture(scope="session")
 def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafkaBroker]:
     """A secured broker (SASL_SSL, mutual TLS, the StandardAuthorizer) for the session's tests
-    of least privilege; it fails them, never skips them, when it cannot start."""
+    of least privilege."""
     secured = SecuredKafkaBroker(tmp_path_factory.mktemp("secured_kafka"))
-    try:
-        secured.start()
-    except testing.TestbedError as exc:
-        pytest.fail(f"the secured broker did not start: {exc}", pytrace=False)
-    yield secured
-    secured.stop()
+    yield from _started(secured, "secured broker")
+
+
+@pytest.fixture(scope="session")
+def iam_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IamKafkaBroker]:
+    """A broker that checks MSK IAM tokens as MSK does, makes every session log in again every
+    8 s and refuses a token signed more than 20 s before: a client lives only if it signs new
+    tokens."""
+    workdir = tmp_path_factory.mktemp("iam_kafka")
+    broker = IamKafkaBroker(workdir, max_token_age_s=20, reauth_ms=8000)
+    yield from _started(broker, "IAM broker")
 
 
 @pytest.fixture(scope="session")

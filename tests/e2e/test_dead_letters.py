@@ -83,7 +83,24 @@ def test_bad_rows_go_to_the_dead_letter_topic_once_through_a_kill(
     outcome = pipeline.run()
     assert outcome.returncode == 0, outcome.error
 
-    written = read(pipeline.bootstrap, output, N - len(bad))
+    assert_each_id_once(pipeline, output, dead, bad, ids, capsys)
+
+
+Records = list[tuple[bytes, dict[str, bytes | None]]]
+
+
+def assert_each_id_once(
+    pipeline: Pipeline,
+    output: str,
+    dead: str,
+    bad: dict[str, str],
+    ids: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> tuple[Records, Records]:
+    """Every input id once, in exactly one of `output` and `dead`; the `bad` ones set aside,
+    each with its reason and this sink's id; the decisions counting them; `verify`, given both
+    topics, finding each id once. Returns what each topic holds."""
+    written = read(pipeline.bootstrap, output, len(ids) - len(bad))
     set_aside = read(pipeline.bootstrap, dead, len(bad))
     out_keys = [key.decode() for key, _ in written]
     dead_keys = [key.decode() for key, _ in set_aside]
@@ -95,8 +112,8 @@ def test_bad_rows_go_to_the_dead_letter_topic_once_through_a_kill(
     decided = [pipeline.open_log().decision(b) for b in pipeline.open_log().decided_batches()]
     counted = sum(p.dead_lettered for d in decided if d is not None for p in d.participants)
     assert counted == len(bad)
-    # verify, given the dead-letter topic as a second output, finds every input id once.
     where = ["--log", str(pipeline.commit_log), "--checkpoint", str(pipeline.checkpoint)]
     topics = ["--input-topic", pipeline.input, "--output-topic", output, "--output-topic", dead]
     code, report = cli_json(capsys, "verify", "--bootstrap", pipeline.bootstrap, *topics, *where)
     assert code == 0, report
+    return written, set_aside

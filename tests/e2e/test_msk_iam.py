@@ -12,12 +12,11 @@ The queries read JSON-lines files (the input's security is Spark's own Kafka sou
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kafka_txn_sink import LOG_LEVEL_ENV, testing
+from kafka_txn_sink import LOG_LEVEL_ENV
 from kafka_txn_sink.files.references import parse_reference
 from kafka_txn_sink.kafka import msk_iam_tokens
 from kafka_txn_sink.testing import IamKafkaBroker, KafkaUser
@@ -40,15 +39,9 @@ FILES = 6  # batches: the query outlives several re-authentications
 TOKEN_SHAPE = "aHR0cHM6Ly9rYWZrYS"  # base64url of "https://kafka.": every MSK IAM token
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IamKafkaBroker]:
-    iam = IamKafkaBroker(tmp_path_factory.mktemp("msk_iam_e2e"), max_token_age_s=20, reauth_ms=8000)
-    try:
-        iam.start()
-    except testing.TestbedError as exc:
-        pytest.fail(f"the IAM broker did not start: {exc}", pytrace=False)
-    yield iam
-    iam.stop()
+@pytest.fixture
+def broker(iam_broker: IamKafkaBroker) -> IamKafkaBroker:
+    return iam_broker
 
 
 @pytest.fixture

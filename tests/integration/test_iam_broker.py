@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from urllib.parse import parse_qs, urlparse
 
@@ -15,29 +15,21 @@ import pytest
 from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
-from kafka_txn_sink import testing
 from kafka_txn_sink.testing import IamKafkaBroker, KafkaUser
 
 pytestmark = [pytest.mark.kafka, pytest.mark.msk_iam]
 
 WAIT_S = 15.0
-MAX_TOKEN_AGE_S = 60
+MAX_TOKEN_AGE_S = 20  # the iam_broker fixture refuses a token signed longer ago
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYTESTBEDKEY"
 SESSION_TOKEN = "IQoJb3JpZ2luX2VjEH/test+bed/session=="
 
 Unique = Callable[[str], str]
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IamKafkaBroker]:
-    """An IAM broker of this module's own; it fails (never skips) without Java, javac or jars."""
-    iam = IamKafkaBroker(tmp_path_factory.mktemp("iam_kafka"), max_token_age_s=MAX_TOKEN_AGE_S)
-    try:
-        iam.start()
-    except testing.TestbedError as exc:
-        pytest.fail(f"the IAM broker did not start: {exc}", pytrace=False)
-    yield iam
-    iam.stop()
+@pytest.fixture
+def broker(iam_broker: IamKafkaBroker) -> IamKafkaBroker:
+    return iam_broker
 
 
 class Signer:

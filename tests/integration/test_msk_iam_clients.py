@@ -9,12 +9,10 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
 
-from kafka_txn_sink import testing
 from kafka_txn_sink.errors import AuthenticationFailedError, PermissionDeniedError
 from kafka_txn_sink.kafka import msk_iam_tokens
 from kafka_txn_sink.kafka.admin_api import ONGOING
@@ -26,22 +24,13 @@ from kafka_txn_sink.testing import IamKafkaBroker, KafkaUser
 pytestmark = [pytest.mark.kafka, pytest.mark.msk_iam]
 
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYCLIENTSKEY"
-MAX_TOKEN_AGE_S = 20  # the broker refuses a token signed longer ago
-REAUTH_MS = 8_000  # and makes every session log in again this often
+MAX_TOKEN_AGE_S = 20  # the iam_broker fixture refuses a token signed longer ago
 LIFETIME_S = 10  # what the clients are told, so they sign anew before the broker refuses
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IamKafkaBroker]:
-    iam = IamKafkaBroker(
-        tmp_path_factory.mktemp("msk_iam"), max_token_age_s=MAX_TOKEN_AGE_S, reauth_ms=REAUTH_MS
-    )
-    try:
-        iam.start()
-    except testing.TestbedError as exc:
-        pytest.fail(f"the IAM broker did not start: {exc}", pytrace=False)
-    yield iam
-    iam.stop()
+@pytest.fixture
+def broker(iam_broker: IamKafkaBroker) -> IamKafkaBroker:
+    return iam_broker
 
 
 @pytest.fixture
