@@ -205,3 +205,13 @@ def test_a_denial_names_the_iam_action_and_resource() -> None:
 
     assert "Allow kafka-cluster:WriteData on arn:aws:kafka:<region>:<account>:topic/" in str(error)
     assert str(error).endswith("docs/operations.md lists every action the sink needs)")
+
+
+def test_a_profile_gives_its_keys(aws: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "credentials").write_text(
+        f"[writer]\naws_access_key_id = AKIDPROFILE0000001\naws_secret_access_key = {SECRET}\n"
+    )
+
+    token, _ = msk_iam_tokens.signer(MskIam("us-east-1", profile="writer")).token()
+
+    assert query(token)["X-Amz-Credential"].startswith("AKIDPROFILE0000001/")
