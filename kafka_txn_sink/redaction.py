@@ -43,6 +43,10 @@ _SECRET_HINTS = (
 # are masked by shape rather than registered one by one: a query signs a new one every few
 # minutes in every process.
 _SHAPES = (re.compile(r"aHR0cHM6Ly9rYWZrYS[A-Za-z0-9_-]+"),)
+# botocore's DEBUG records of the requests it signs and the answers it reads: a canonical request
+# with its signature is a usable presigned URL, and STS answers hold new keys. Withheld whole.
+_WITHHELD_LOGGERS = ("botocore.auth", "botocore.endpoint", "botocore.parsers")
+WITHHELD = "(withheld by kafka_txn_sink: this DEBUG record may hold credentials)"
 
 _lock = threading.Lock()
 _secrets: tuple[str, ...] = ()  # every form of every secret, the longest first
@@ -111,13 +115,21 @@ def _register(forms: set[str]) -> None:
 
 
 def _forms(value: str) -> set[str]:
-    """The value as logged as text, in a str's repr and in a bytes' repr."""
-    return {value, repr(value)[1:-1], repr(value.encode())[2:-1]}
+    """The value as logged as text, in a str's repr, in a bytes' repr and percent-encoded (as
+    in a URL's query)."""
+    return {
+        value,
+        repr(value)[1:-1],
+        repr(value.encode())[2:-1],
+        urllib.parse.quote(value, safe="-_.~"),
+    }
 
 
 def _masking(previous: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
+        if record.levelno <= logging.DEBUG and record.name in _WITHHELD_LOGGERS:
+            record.msg, record.args = WITHHELD, None
         _mask_message(record)
         _mask_exception(record)
         if record.stack_info:

@@ -20,6 +20,8 @@ from kafka_txn_sink.errors import ConfigError
 
 MECHANISM = "AWS_MSK_IAM"
 LOGIN_MODULE = "software.amazon.msk.auth.iam.IAMLoginModule"
+OAUTHBEARER_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+"""Kafka's own module, which AWS's OAUTHBEARER route for Java takes the same options in."""
 # AWS's Java classes, as users copy them from Spark jobs (Databricks shades them under
 # `shadedmskiam.`): accepted and dropped, since the sink does what they do.
 JAVA_HANDLERS = (
@@ -111,9 +113,12 @@ def jaas_settings(values: Mapping[str, str], prefix: str = "kafka.") -> dict[str
 
 
 def msk_iam(
-    settings: Mapping[str, Any], bootstrap: str, default_region: str | None = None
+    settings: Mapping[str, Any],
+    bootstrap: str,
+    default_region: str | None = None,
+    prefix: str = "kafka.",
 ) -> MskIam:
-    """The MSK IAM settings of `settings`, the region resolved: option `kafka.aws.region`,
+    """The MSK IAM settings of `settings`, the region resolved: option `{prefix}aws.region`,
     else the MSK host name of a bootstrap server, else `default_region` (botocore's).
 
     Raises:
@@ -123,7 +128,7 @@ def msk_iam(
     region = lowered.get(REGION) or region_of_hosts(bootstrap) or default_region
     if not region:
         raise ConfigError(
-            f"MSK IAM needs the cluster's region: set option kafka.{REGION}, give the "
+            f"MSK IAM needs the cluster's region: set option {prefix}{REGION}, give the "
             "brokers' MSK host names (...kafka.<region>.amazonaws.com) as bootstrap servers, "
             "or set AWS_DEFAULT_REGION"
         )

@@ -16,6 +16,7 @@ Import this module only once the `msk-iam` extra is known to be there (`extras.r
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -44,6 +45,7 @@ from kafka_txn_sink.kafka.msk_iam import (
 )
 from kafka_txn_sink.redaction import mask_in_logs, scrubbed
 
+log = logging.getLogger(__name__)
 TOKEN_LIFETIME_S = 900  # X-Amz-Expires of AWS's signer
 LIFETIME_ENV = "KTS_MSK_IAM_TOKEN_SECONDS"
 """For tests of the refresh: a shorter lifetime to tell the clients, so that they ask sooner."""
@@ -81,15 +83,17 @@ class TokenSigner:
                 f"MSK IAM: cannot sign a token{role}: {type(exc).__name__}: "
                 f"{scrubbed(str(exc))[:300]}"
             ) from None
-        return token, min(expiry_ms / 1000, time.time() + _lifetime_s())
+        expiry = min(expiry_ms / 1000, time.time() + _lifetime_s())
+        # Temporary credentials may end sooner than the token (a refresh that keeps failing).
+        ends = getattr(self._credentials, "_expiry_time", None)
+        return token, min(expiry, ends.timestamp()) if ends is not None else expiry
 
     def _frozen_credentials(self) -> Credentials:
         with self._lock:
             if self._credentials is None:
                 self._credentials = _credentials(self._iam)
         frozen = self._credentials.get_frozen_credentials()
-        # botocore logs the canonical request, session token included, at DEBUG.
-        mask_in_logs({"aws.secret.key": frozen.secret_key, "aws.session.token": frozen.token or ""})
+        _mask(frozen)
         return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
 
 
@@ -105,16 +109,30 @@ def _credentials(iam: MskIam) -> Any:
         raise ConfigError(NO_CREDENTIALS)
     if iam.role_arn is None:
         return base
-    extra = {"RoleSessionName": iam.role_session_name}
-    if iam.role_external_id:
-        extra["ExternalId"] = iam.role_external_id
+    _mask(base.get_frozen_credentials())  # they sign the AssumeRole calls
     sts_region = iam.sts_region or iam.region
 
     def sts_client(service: str, **kwargs: Any) -> Any:
         return session.create_client(service, **{**kwargs, "region_name": sts_region})
 
-    fetcher = AssumeRoleCredentialFetcher(sts_client, base, iam.role_arn, extra_args=extra)
+    fetcher = AssumeRoleCredentialFetcher(
+        sts_client, base, iam.role_arn, extra_args=assume_role_args(iam)
+    )
     return DeferredRefreshableCredentials(fetcher.fetch_credentials, "assume-role")
+
+
+def assume_role_args(iam: MskIam) -> dict[str, str]:
+    """STS AssumeRole's arguments besides the role: the session name, the external id."""
+    args = {"RoleSessionName": iam.role_session_name}
+    if iam.role_external_id:
+        args["ExternalId"] = iam.role_external_id
+    return args
+
+
+def _mask(frozen: Any) -> None:
+    """Mask credentials' secret key and session token in this process's logs (botocore logs
+    requests with the session token in them at DEBUG)."""
+    mask_in_logs({"aws.secret.key": frozen.secret_key or "", "aws.token": frozen.token or ""})
 
 
 class _Given(CredentialProvider):
@@ -149,31 +167,44 @@ def signer(iam: MskIam) -> TokenSigner:
         return _signers[iam]
 
 
-def default_region(profile: str | None) -> str | None:
-    """botocore's region (AWS_DEFAULT_REGION, the profile's), if any."""
-    region = botocore.session.Session(profile=profile).get_config_variable("region")
+def default_region(profile: str | None, prefix: str = "kafka.") -> str | None:
+    """botocore's region (AWS_DEFAULT_REGION, the profile's), if any.
+
+    Raises:
+        ConfigError: botocore cannot read the profile (named, never a key).
+    """
+    try:
+        region = botocore.session.Session(profile=profile).get_config_variable("region")
+    except BotoCoreError as exc:
+        raise ConfigError(f"option {prefix}aws.profile: {scrubbed(str(exc))[:300]}") from None
     return str(region) if region else None
 
 
-def resolve(settings: Mapping[str, Any], bootstrap: str) -> MskIam:
+def resolve(settings: Mapping[str, Any], bootstrap: str, prefix: str = "kafka.") -> MskIam:
     """`msk_iam.msk_iam`, with botocore's region when neither the options nor the host names
     give one.
 
     Raises:
-        ConfigError: see `msk_iam.msk_iam`.
+        ConfigError: see `msk_iam.msk_iam` and `default_region`.
     """
     lowered = {k.lower(): str(v) for k, v in settings.items()}
     if lowered.get(REGION) or region_of_hosts(bootstrap):
-        return msk_iam(settings, bootstrap)
-    return msk_iam(settings, bootstrap, default_region(lowered.get(PROFILE) or None))
+        return msk_iam(settings, bootstrap, prefix=prefix)
+    region = default_region(lowered.get(PROFILE) or None, prefix)
+    return msk_iam(settings, bootstrap, region, prefix)
 
 
 def oauth_callback(iam: MskIam) -> Callable[[str], tuple[str, float]]:
-    """librdkafka's `oauth_cb`: a token and its expiry in epoch seconds."""
+    """librdkafka's `oauth_cb`: a token and its expiry in epoch seconds. confluent-kafka drops
+    what the callback raises ("OAuth callback raised exception"), so the reason is logged."""
     source = signer(iam)
 
     def callback(_config: str) -> tuple[str, float]:
-        return source.token()
+        try:
+            return source.token()
+        except ConfigError as exc:
+            log.error("%s", exc)
+            raise
 
     return callback
 

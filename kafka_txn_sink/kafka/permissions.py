@@ -40,7 +40,8 @@ class Permission:
 
     def iam_action(self) -> str:
         """The MSK IAM action that stands for it (`kafka-cluster:WriteData`)."""
-        return f"kafka-cluster:{_IAM_ACTIONS[(self.operation, self.resource)]}"
+        action = _IAM_ACTIONS.get((self.operation, self.resource))
+        return f"kafka-cluster:{action}" if action else f"the action for {self.describe()}"
 
     def iam_resource(self) -> str:
         """The ARN pattern of its resource, the account, cluster and region left to fill."""
@@ -70,6 +71,7 @@ _IAM_ACTIONS = {
     ("Describe", "transactional-id"): "DescribeTransactionalId",
     ("Read", "group"): "AlterGroup",
     ("Describe", "group"): "DescribeGroup",
+    ("DescribeConfigs", "topic"): "DescribeTopicDynamicConfiguration",
     ("DescribeConfigs", "cluster"): "DescribeClusterDynamicConfiguration",
 }
 

@@ -143,6 +143,12 @@ def option_settings(kafka: Mapping[str, str], prefix: str = KAFKA_PREFIX) -> dic
     settings = client_settings(kafka, prefix)
     if any(k.lower() == _INLINE_KEY for k in settings):
         _warn_inline_key(prefix)
+    if msk_iam.is_msk_iam(settings):
+        # Resolved once, here: an executor's botocore may know another region, or none.
+        from kafka_txn_sink.kafka.msk_iam_tokens import resolve
+
+        bootstrap = _get(settings, "bootstrap.servers") or ""
+        settings[msk_iam.REGION] = resolve(settings, bootstrap, prefix).region
     return settings
 
 
@@ -212,10 +218,21 @@ def _aws_java_route(kafka: Mapping[str, str]) -> dict[str, str]:
         return dict(kafka)
     settings = {k: v for k, v in kafka.items() if k not in handlers}
     mechanism = (_get(settings, "sasl.mechanism") or "").upper()
-    if mechanism == "OAUTHBEARER":
-        settings = {k: v for k, v in settings.items() if k.lower() not in ("sasl.mechanism", JAAS)}
-        settings["sasl.mechanism"] = msk_iam.MECHANISM
-    return settings
+    if mechanism != "OAUTHBEARER":
+        return settings
+    # AWS's login handler reads its options (awsRoleArn, ...) from Kafka's own module's line.
+    line = _get(settings, JAAS)
+    settings = {k: v for k, v in settings.items() if k.lower() not in ("sasl.mechanism", JAAS)}
+    settings["sasl.mechanism"] = msk_iam.MECHANISM
+    if line is None:
+        return settings
+    module, values = _parse_jaas(line)
+    if module != msk_iam.OAUTHBEARER_MODULE:
+        raise ConfigError(
+            f"option kafka.{JAAS}: AWS's OAUTHBEARER login handler takes "
+            f"{msk_iam.OAUTHBEARER_MODULE}, not {module}"
+        )
+    return {**settings, **msk_iam.jaas_settings(values)}
 
 
 def _with_msk_iam(settings: dict[str, str], values: Mapping[str, str]) -> dict[str, str]:
@@ -319,6 +336,12 @@ def _check_msk_iam(lowered: Mapping[str, str], mechanism: str, prefix: str) -> N
         raise ConfigError(
             f"option {prefix}sasl.mechanism={msk_iam.MECHANISM} needs "
             f"{prefix}security.protocol=SASL_SSL (MSK serves IAM over TLS only)"
+        )
+    oauth = sorted(name for name in lowered if name.startswith("sasl.oauthbearer."))
+    if oauth:
+        raise ConfigError(
+            f"option {prefix}{oauth[0]} does not go with {prefix}sasl.mechanism="
+            f"{msk_iam.MECHANISM}: the sink signs MSK IAM tokens itself"
         )
     require(f"option {prefix}sasl.mechanism={msk_iam.MECHANISM}", "msk-iam")
     from importlib import metadata

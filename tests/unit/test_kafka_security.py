@@ -489,3 +489,17 @@ def test_an_expires_in_absent_or_numeric_sets_the_tokens_lifetime(
     provider = ClientCredentialsTokenProvider.from_settings(oidc(token_endpoint))
 
     assert provider._fetch() == ("tok-1", lifetime)
+
+
+def test_msk_iam_below_confluent_kafka_2_13_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from importlib import metadata
+
+    installed = metadata.version
+    monkeypatch.setattr(
+        metadata, "version", lambda name: "2.12.1" if name == "confluent-kafka" else installed(name)
+    )
+
+    with pytest.raises(ConfigError, match=r"needs confluent-kafka>=2\.13 \(installed: 2\.12\.1\)"):
+        check_driver_support({"security.protocol": "SASL_SSL", "sasl.mechanism": "AWS_MSK_IAM"})

@@ -6,21 +6,30 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import time
 import urllib.parse
 from pathlib import Path
 
 import pytest
 
+import kafka_txn_sink
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.kafka import msk_iam_tokens
 from kafka_txn_sink.kafka.msk_iam import MskIam, msk_iam, region_of_hosts
-from kafka_txn_sink.kafka.permissions import denied, topic_permission
+from kafka_txn_sink.kafka.permissions import (
+    CLUSTER_DESCRIBE_CONFIGS,
+    denied,
+    group_permission,
+    ids_permission,
+    topic_permission,
+)
 from kafka_txn_sink.kafka.security import (
     check_driver_support,
     client_settings,
     driver_settings,
     librdkafka_config,
+    option_settings,
 )
 
 AKID = "AKIDEXAMPLE0000001"
@@ -28,6 +37,8 @@ SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
 SESSION = "FwoGZXIvYXdzEXAMPLE/session+token=="
 IAM = {"security.protocol": "SASL_SSL", "sasl.mechanism": "AWS_MSK_IAM"}
 MODULE = "software.amazon.msk.auth.iam.IAMLoginModule"
+
+pytestmark = pytest.mark.msk_iam  # confluent-kafka 2.13+: not in the oldest clients' tier
 
 
 @pytest.fixture
@@ -76,12 +87,12 @@ def test_the_java_oauthbearer_route_is_msk_iam() -> None:
             "security.protocol": "SASL_SSL",
             "sasl.mechanism": "OAUTHBEARER",
             "sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer."
-            "OAuthBearerLoginModule required;",
+            'OAuthBearerLoginModule required awsProfileName="writer";',  # read by AWS's handler
             "sasl.login.callback.handler.class": handler,
             "sasl.client.callback.handler.class": handler,
         }
     )
-    assert settings == IAM
+    assert settings == {**IAM, "aws.profile": "writer"}
 
 
 @pytest.mark.parametrize(
@@ -150,6 +161,15 @@ def test_a_role_is_assumed_and_its_keys_sign(aws: pytest.MonkeyPatch) -> None:
     assert akid != AKID and akid.startswith("ASIA")  # the role's temporary key
 
 
+def test_the_role_is_assumed_with_the_session_name_and_external_id() -> None:
+    iam = MskIam("us-east-1", role_arn="arn:aws:iam::1:role/w", role_external_id="ext-7")
+
+    assert msk_iam_tokens.assume_role_args(iam) == {
+        "RoleSessionName": "kafka-txn-sink",
+        "ExternalId": "ext-7",
+    }
+
+
 def test_no_credentials_is_one_clear_error(aws: pytest.MonkeyPatch) -> None:
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         aws.delenv(name)
@@ -186,18 +206,49 @@ def test_the_drivers_client_gets_a_token_provider(aws: pytest.MonkeyPatch) -> No
     assert query(provider.token())["X-Amz-Credential"].startswith(f"{AKID}/")
 
 
-def test_neither_token_nor_key_reaches_a_log(
+def test_neither_token_nor_key_reaches_a_log_with_botocore_at_debug(
     aws: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    token, _ = msk_iam_tokens.signer(MskIam("us-east-1")).token()
+    from moto import mock_aws
 
-    with caplog.at_level(logging.DEBUG):
-        # As kafka-python logs SaslAuthenticate's bytes, and botocore its canonical request.
-        logging.getLogger("msk_iam_test").debug("SaslAuthenticate %r", f"auth=Bearer {token}")
-        logging.getLogger("msk_iam_test").debug("key %s token %s", SECRET, SESSION)
+    iam = MskIam("us-east-1", role_arn="arn:aws:iam::123456789012:role/writer")
+    with caplog.at_level(logging.DEBUG), mock_aws():  # the root logger: botocore's records too
+        token, _ = msk_iam_tokens.signer(iam).token()
+        # As kafka-python logs SaslAuthenticate's bytes.
+        logging.getLogger("kafka.conn").debug("SaslAuthenticate %r", f"auth=Bearer {token}")
 
-    assert token not in caplog.text and SECRET not in caplog.text and SESSION not in caplog.text
-    assert caplog.text.count("***") >= 3
+    signed = query(token)
+    secrets = [token, SECRET, SESSION, urllib.parse.quote(SESSION, safe="-_.~")]
+    secrets += [signed["X-Amz-Signature"], signed["X-Amz-Security-Token"]]  # the role's
+    assert "botocore" in caplog.text  # botocore did log, at DEBUG
+    leaked = [i for i, secret in enumerate(secrets) if secret in caplog.text]
+    assert leaked == [], caplog.text[-3000:]
+
+
+def test_every_permission_the_sink_asks_for_has_its_iam_action() -> None:
+    source = "\n".join(p.read_text() for p in Path(kafka_txn_sink.__file__).parent.rglob("*.py"))
+    asked = set(re.findall(r'(topic|group|ids)_permission\(\s*"(\w+)"', source))
+    asked |= {("group", op) for op in re.findall(r'group_error\([^)]*"(\w+)"\)', source)}
+    made = {"topic": topic_permission, "group": group_permission, "ids": ids_permission}
+    assert ("topic", "Write") in asked and ("group", "Describe") in asked
+    for kind, operation in sorted(asked):
+        assert made[kind](operation, "x").iam_action().startswith("kafka-cluster:"), operation
+    assert (
+        CLUSTER_DESCRIBE_CONFIGS.iam_action() == "kafka-cluster:DescribeClusterDynamicConfiguration"
+    )
+
+
+def test_the_region_is_pinned_in_the_options_tasks_get(aws: pytest.MonkeyPatch) -> None:
+    aws.setenv("AWS_DEFAULT_REGION", "sa-east-1")  # the driver's; an executor may have none
+
+    settings = option_settings({**IAM, "bootstrap.servers": "10.0.0.1:9098"})
+
+    assert settings["aws.region"] == "sa-east-1"
+
+
+def test_oauthbearer_settings_do_not_go_with_msk_iam() -> None:
+    with pytest.raises(ConfigError, match=r"kafka\.sasl\.oauthbearer\.method does not go with"):
+        check_driver_support({**IAM, "sasl.oauthbearer.method": "oidc"})
 
 
 def test_a_denial_names_the_iam_action_and_resource() -> None:
