@@ -118,7 +118,6 @@ def assert_repaired_in_another_order(pipeline: Pipeline, ids: list[str]) -> None
     )
 
 
-@pytest.mark.full  # CI: test_standalone_cluster.py's repartition by key on two workers
 def test_repartition_by_key_replayed_in_another_order_is_repaired(shuffled: Pipeline) -> None:
     shuffled.partitions = 2
     shuffled.shape = ["--repartition-by", "key", "--partition-by-task"]
@@ -130,7 +129,7 @@ def test_repartition_by_key_replayed_in_another_order_is_repaired(shuffled: Pipe
     assert_repaired_in_another_order(shuffled, ids)
 
 
-@pytest.mark.full  # CI: test_standalone_cluster.py's repartition by key, the same reordering
+@pytest.mark.full  # CI: the repartition by key above, the same reduce-side reordering
 def test_a_streaming_deduplication_replayed_in_another_order_is_repaired(
     shuffled: Pipeline,
 ) -> None:

@@ -24,7 +24,8 @@ from tests.e2e.harness import (
 )
 from tests.e2e.test_repair import kill_at_batch_1_and_wait_for_the_timeout
 from tests.e2e.test_repair_shuffled import (
-    assert_repaired_in_another_order,
+    assert_repaired,
+    first_and_replayed_orders,
     reading_a_reordering_topic,
 )
 
@@ -117,13 +118,18 @@ def test_driver_killed_after_its_decision_then_restarted(
 
 
 
-def test_a_shuffled_query_replayed_in_another_order_is_repaired_on_two_workers(
-    on_cluster: Pipeline, cluster: SparkCluster
+# CI: tests/e2e/test_repair_shuffled.py's repartition by key in local mode, where the replay's
+# other order is certain.
+@pytest.mark.full
+def test_a_shuffled_query_replayed_is_repaired_on_two_workers(
+    on_cluster: Pipeline, cluster: SparkCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 39 on a cluster: `repartition(2, key)` before the sink, the driver killed after
-    batch 1's decision and restarted past the transaction timeout; the reduce tasks fetch the
-    map outputs in another order (another map-task numbering, and their executor's own blocks
-    first), and the repair takes the replay."""
+    batch 1's decision and restarted past the transaction timeout, and the repair takes the
+    replay. The replay numbers the map tasks in another order, but a reduce task fetches its own
+    executor's blocks first, so whether its records come in another order depends on where the
+    tasks land (in one CI run of 2026-11-28 they came in the first run's order): the order is
+    reported, not required."""
     shuffled = reading_a_reordering_topic(on_cluster)
     shuffled.partitions = 2
     shuffled.shape = ["--repartition-by", "key", "--partition-by-task"]
@@ -134,4 +140,9 @@ def test_a_shuffled_query_replayed_in_another_order_is_repaired_on_two_workers(
     restarted = shuffled.run(master=cluster.master_url)
 
     assert restarted.returncode == 0, restarted.error
-    assert_repaired_in_another_order(shuffled, ids)
+    assert_repaired(shuffled, ids)
+    orders = first_and_replayed_orders(shuffled)
+    assert all(sorted(first) == sorted(again) for first, again in orders.values()), orders
+    with capsys.disabled():
+        moved = sum(first != again for first, again in orders.values())
+        print(f"\ntwo workers: batch 1 written in another order in {moved} of {len(orders)}")
