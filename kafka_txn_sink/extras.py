@@ -4,10 +4,10 @@ The core install runs records mode with a JSON commit log on a local or mounted 
 feature comes with an extra: files mode (`files`), an `s3://` location (`s3`), the Delta commit
 log (`delta`), a PKCS#12 keystore (`keystore`), the verifier (`verify`), record formats of a
 Schema Registry (`registry`, and `protobuf` for that format), AWS MSK IAM authentication
-(`msk-iam`); `all` has them all. The
-driver checks the options at its start (`option_extras.check_install`) and
-the command line checks its arguments (`require`), so that a missing extra is one clear error
-naming the option and the `pip install` line, never an ImportError in a task.
+(`msk-iam`), the metrics pushed over OTLP (`otlp`); `all` has them all. The driver checks the
+options at its start (`option_extras.check_install`) and the command line checks its arguments
+(`require`), so that a missing extra is one clear error naming the option and the
+`pip install` line, never an ImportError in a task.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ EXTRAS: Mapping[str, tuple[str, ...]] = {
     "registry": ("confluent_kafka.schema_registry", "fastavro", "jsonschema", "numpy"),
     "protobuf": ("grpc_tools", "google.protobuf"),
     "msk-iam": ("aws_msk_iam_sasl_signer", "botocore"),
+    "otlp": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),
 }
 
 

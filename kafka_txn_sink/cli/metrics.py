@@ -2,17 +2,20 @@
 
 It runs beside the query (a sidecar, or a process on the driver's node): it reads the commit
 log and asks the brokers every `--interval` seconds, and serves the newest values on
-`--listen`; `--once` prints them instead, in the text format a scrape gets.
+`--listen`, or pushes them over OTLP to `--otlp-endpoint` (metrics/otlp.py), or both; `--once`
+prints them instead, in the text format a scrape gets.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -25,6 +28,7 @@ from kafka_txn_sink.cli.common import (
     kafka_settings,
     log_options,
     open_log,
+    s3_settings,
     sink_id_of,
 )
 from kafka_txn_sink.cli.render import Output
@@ -34,7 +38,9 @@ from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.metrics.batches import LogReader
 from kafka_txn_sink.metrics.exporter import SinkMetrics
 from kafka_txn_sink.metrics.guard import GuardReading, look
+from kafka_txn_sink.metrics.otlp import OtlpPush
 from kafka_txn_sink.protocol.messages import Decision
+from kafka_txn_sink.storage import open_storage
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 15.0
@@ -51,10 +57,15 @@ def add_parser(commands: Any) -> None:
     )
     metrics.add_argument(
         "--listen",
-        default=DEFAULT_LISTEN,
         metavar="HOST:PORT",
-        help=f"where to serve /metrics (default {DEFAULT_LISTEN}; 0.0.0.0:PORT for every "
-        "interface)",
+        help=f"where to serve /metrics (default {DEFAULT_LISTEN}, or nowhere with "
+        "--otlp-endpoint; 0.0.0.0:PORT for every interface)",
+    )
+    metrics.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="also push the metrics after each read over OTLP/HTTP, to this URL (a collector's "
+        "http(s)://HOST:4318/v1/metrics; headers from OTEL_EXPORTER_OTLP_HEADERS; extra otlp)",
     )
     metrics.add_argument(
         "--interval",
@@ -88,7 +99,8 @@ def add_parser(commands: Any) -> None:
 
 def cmd_metrics(args: argparse.Namespace, out: Output) -> int:
     """`metrics`: refresh every interval and serve, or print once."""
-    host, port = _listen_address(args.listen)
+    listen = args.listen or (None if args.otlp_endpoint else DEFAULT_LISTEN)
+    address = None if listen is None else _listen_address(listen)
     if args.interval <= 0:
         raise CliError(f"--interval must be positive, not {args.interval:g}")
     if args.history < 0:
@@ -97,24 +109,45 @@ def cmd_metrics(args: argparse.Namespace, out: Output) -> int:
     sink_id = sink_id_of(args, log_sink_id)
     guard = _Guard(args, sink_id, commit_log)
     try:
-        metrics = SinkMetrics(sink_id, LogReader(commit_log, history=args.history), guard.look)
+        metrics = SinkMetrics(
+            sink_id,
+            LogReader(commit_log, history=args.history),
+            guard.look,
+            task_errors=open_storage(args.log, s3_settings(args)),
+        )
         metrics.refresh()
         if args.once:
             sys.stdout.write(generate_latest(metrics.registry).decode())
             return OK if metrics.all_up() else NOT_ALL_READ
-        try:
-            server, _ = start_http_server(port, host, registry=metrics.registry)
-        except OSError as exc:
-            raise CliError(f"--listen {args.listen}: cannot serve there ({exc.strerror})") from exc
-        print(f"serving {sink_id}'s metrics on http://{args.listen}/metrics", flush=True)
-        try:
-            _refresh_until_stopped(metrics, args.interval, args.duration)
-        finally:
-            server.shutdown()
-            server.server_close()
+        with contextlib.ExitStack() as stack:
+            if address is not None:
+                stack.enter_context(_serving(metrics, address, listen or ""))
+                print(f"serving {sink_id}'s metrics on http://{listen}/metrics", flush=True)
+            push = None
+            if args.otlp_endpoint:
+                push = OtlpPush(metrics.registry, args.otlp_endpoint, args.timeout_ms / 1000)
+                stack.callback(push.close)
+                push.push()
+                print(f"pushing {sink_id}'s metrics to {args.otlp_endpoint}", flush=True)
+            _refresh_until_stopped(metrics, push, args.interval, args.duration)
     finally:
         guard.close()
     return OK
+
+
+@contextlib.contextmanager
+def _serving(metrics: SinkMetrics, address: tuple[str, int], listen: str) -> Iterator[None]:
+    """Serve `metrics` on `address` while the block runs."""
+    host, port = address
+    try:
+        server, _ = start_http_server(port, host, registry=metrics.registry)
+    except OSError as exc:
+        raise CliError(f"--listen {listen}: cannot serve there ({exc.strerror})") from exc
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class _Guard:
@@ -159,9 +192,10 @@ class _Guard:
 
 
 def _refresh_until_stopped(
-    metrics: SinkMetrics, interval_s: float, duration_s: float | None
+    metrics: SinkMetrics, push: OtlpPush | None, interval_s: float, duration_s: float | None
 ) -> None:
-    """Refresh every `interval_s` until SIGTERM, SIGINT or `duration_s` has passed."""
+    """Refresh (and push) every `interval_s` until SIGTERM, SIGINT or `duration_s` has
+    passed."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -175,6 +209,8 @@ def _refresh_until_stopped(
         if left <= 0 or stop.wait(min(interval_s, left)):
             return
         metrics.refresh()
+        if push is not None:
+            push.push()
 
 
 def _listen_address(listen: str) -> tuple[str, int]:

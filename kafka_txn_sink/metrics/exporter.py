@@ -1,11 +1,12 @@
 """The sink's metrics for Prometheus: read from the commit log and the brokers, in a registry of
 their own, named and labelled by Prometheus' conventions (`kafka_txn_sink_*`, `sink_id`).
 
-`SinkMetrics.refresh()` reads what is new (metrics/batches.py) and adds it to counters and
-histograms, and takes a new guard reading (metrics/guard.py) whose series replace the last
-one's whole: a transaction that ended leaves no series behind. A read that fails sets
-`kafka_txn_sink_log_up` or `kafka_txn_sink_guard_up` to 0 and changes nothing else, so a
-value is never a guess; the guard's series are dropped while it cannot look.
+`SinkMetrics.refresh()` reads what is new (metrics/batches.py, and the tasks' errors:
+protocol/task_errors.py) and adds it to counters and histograms, and takes a new guard reading
+(metrics/guard.py) whose series replace the last one's whole: a transaction that ended leaves
+no series behind. A read that fails sets `kafka_txn_sink_log_up` or `kafka_txn_sink_guard_up`
+to 0 and changes nothing else, so a value is never a guess; the guard's series are dropped
+while it cannot look.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from kafka_txn_sink.metrics.batches import LogReader, News
 from kafka_txn_sink.metrics.guard import DECIDED, LIVE, STRAY, GuardReading
 from kafka_txn_sink.protocol.causes import OTHER
 from kafka_txn_sink.protocol.messages import Decision
+from kafka_txn_sink.protocol.task_errors import TaskErrorReader
+from kafka_txn_sink.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,7 @@ class _Counters:
     republished: Counter
     dead_lettered: Counter
     failed_attempts: Counter
+    task_errors: Counter
 
 
 def _counters(registry: CollectorRegistry) -> _Counters:
@@ -86,6 +90,13 @@ def _counters(registry: CollectorRegistry) -> _Counters:
             ["sink_id", "cause"],
             registry=registry,
         ),
+        task_errors=Counter(
+            f"{PREFIX}_task_errors",
+            "Task attempts that failed, by the kind of error they raised (the sink's error "
+            "class, else other); a task killed outright leaves none",
+            ["sink_id", "kind"],
+            registry=registry,
+        ),
     )
 
 
@@ -99,11 +110,15 @@ class SinkMetrics:
         reader: LogReader,
         guard: Callable[[Decision | None], GuardReading] | None,
         registry: CollectorRegistry | None = None,
+        task_errors: Storage | None = None,
     ):
         self.registry = registry if registry is not None else CollectorRegistry()
         self._sink_id = sink_id
         self._reader = reader
         self._guard = guard
+        self._task_errors = (
+            None if task_errors is None else TaskErrorReader(task_errors, self._history_floor)
+        )
         self._counters = _counters(self.registry)
         self._histograms = {
             name: Histogram(
@@ -139,7 +154,7 @@ class SinkMetrics:
         # Every series but those with more labels exists from the start, at 0: a counter that
         # appears only at its first increase would hide that increase from rate().
         for metric in (*vars(self._counters).values(), *self._histograms.values()):
-            if metric is not self._counters.failed_attempts:
+            if metric not in (self._counters.failed_attempts, self._counters.task_errors):
                 metric.labels(sink_id)
         self._reading: GuardReading | None = None
         self._up: dict[str, bool] = {}  # log_up and guard_up of the last refresh
@@ -151,6 +166,9 @@ class SinkMetrics:
         # all, while one that says `*_up 0` shows where to look.
         try:
             self._count(self._reader.read())
+            if self._task_errors is not None:
+                for error in self._task_errors.read():
+                    self._counters.task_errors.labels(self._sink_id, cause_label(error.kind)).inc()
             self._gauge("log_up", 1)
         except Exception as exc:
             log.warning("the commit log could not be read: %s", _described(exc))
@@ -166,6 +184,13 @@ class SinkMetrics:
             )
             self._reading = None
             self._gauge("guard_up", 0)
+
+    def _history_floor(self) -> int | None:
+        """The batch above which the first read counts task errors (the log's `history`)."""
+        history, latest = self._reader.history, self._reader.latest
+        if history <= 0:
+            return None
+        return -1 if latest is None else latest.batch_id - history
 
     def all_up(self) -> bool:
         """Whether the last refresh read the log and (with a guard) the brokers."""

@@ -19,6 +19,7 @@ A task attempt of Spark partition `p`:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from itertools import islice
@@ -32,6 +33,7 @@ from kafka_txn_sink.commit_log import CommitLog, open_commit_log
 from kafka_txn_sink.errors import CommitLogError, ConfigError, QueryIdMismatchError
 from kafka_txn_sink.kafka.producer import TaskTransaction
 from kafka_txn_sink.options import SinkOptions
+from kafka_txn_sink.protocol import task_errors
 from kafka_txn_sink.protocol.messages import FileRef, now_ms
 from kafka_txn_sink.protocol.output import TaskOutput
 from kafka_txn_sink.protocol.repair import RepairPlan
@@ -43,6 +45,7 @@ from kafka_txn_sink.records.dead_letter import DeadLetters
 from kafka_txn_sink.records.output import RecordsOutput
 from kafka_txn_sink.records.provenance import Provenance
 from kafka_txn_sink.serde.resolve import Encodings, schema_uses
+from kafka_txn_sink.storage import open_storage
 
 # A batch write's decision carries `write:{writeId}` as its query id: never a Spark query id.
 WRITE_QUERY_PREFIX = "write:"
@@ -51,6 +54,8 @@ WRITE_QUERY_PREFIX = "write:"
 # row): a call per group, not per row, and records mode produces a group through `send_many`.
 ROWS_PER_CALL = 4096
 SPECULATION = "spark.speculation"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,17 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
     """
     started_at_ms = now_ms()
     task = current_task(plan)
+    try:
+        return _prepare(plan, task, inputs, arrow, started_at_ms)
+    except Exception as exc:
+        _leave_error(plan, task, exc)
+        raise
+
+
+def _prepare(
+    plan: TaskPlan, task: TaskIdentity, inputs: Iterator[Any], arrow: bool, started_at_ms: int
+) -> TaskCommit:
+    """prepare_task's steps, for one identified task attempt."""
     _check_query_id(plan, task.query_id)
     skipped = TaskCommit(task.query_id, task.batch_id, task.partition, task.attempt, "skipped")
     level = 0
@@ -182,6 +198,25 @@ def prepare_task(plan: TaskPlan, inputs: Iterator[Any], arrow: bool) -> TaskComm
         dead_lettered=sum(o.set_aside for o in outputs if isinstance(o, RecordsOutput)),
         schemas=schema_uses(encodings_of(plan, task.batch_id)),
     )
+
+
+def _leave_error(plan: TaskPlan, task: TaskIdentity, exc: Exception) -> None:
+    """Leave the kind of this attempt's error for the metrics (protocol/task_errors.py)."""
+    options = plan.options
+    error = task_errors.TaskError(
+        task.batch_id,
+        plan.run.run,
+        task.partition,
+        task.attempt,
+        task_errors.kind_of(exc),
+        now_ms(),
+    )
+    try:
+        storage = open_storage(options.commit_log, options.s3)
+    except Exception as opening:
+        log.warning("could not open the commit log's location: %s", type(opening).__name__)
+        return
+    task_errors.leave(storage, error)
 
 
 def encodings_of(plan: TaskPlan, batch_id: int) -> Encodings | None:

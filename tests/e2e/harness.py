@@ -28,6 +28,30 @@ PIPELINE = ROOT / "examples" / "pipeline.py"
 QUERY_TIMEOUT_S = 240
 
 
+class LoggedQuery(subprocess.Popen[str]):
+    """A query process whose output goes to files, not pipes: while a test waits for a
+    failpoint nobody reads a pipe, and a full one would stop the query where it writes."""
+
+    def __init__(self, args: list[str], logs: Path, **kwargs: object) -> None:
+        logs.parent.mkdir(parents=True, exist_ok=True)
+        self.out_path = logs.with_name(logs.name + ".out")
+        self.err_path = logs.with_name(logs.name + ".err")
+        with self.out_path.open("w") as out, self.err_path.open("w") as err:
+            super().__init__(args, stdout=out, stderr=err, text=True, **kwargs)  # type: ignore[call-overload]
+
+    def communicate(
+        self, input: str | None = None, timeout: float | None = None
+    ) -> tuple[str, str]:
+        """Wait for the end (TimeoutExpired after `timeout`) and return what it printed."""
+        self.wait(timeout)
+        return self.printed()
+
+    def printed(self) -> tuple[str, str]:
+        """Its output and log so far."""
+        read = lambda path: path.read_text(errors="replace")  # noqa: E731
+        return read(self.out_path), read(self.err_path)
+
+
 @dataclass(frozen=True)
 class Outcome:
     returncode: int
@@ -122,12 +146,10 @@ class Pipeline:
             "SPARK_LOCAL_IP": "127.0.0.1",
             **failpoints.environment(failpoint_spec, self.signals, max_s=300),
         }
-        return subprocess.Popen(
+        return LoggedQuery(
             args,
+            self.workdir / "driver-logs" / f"{self.signals_name}-{uuid.uuid4().hex[:8]}",
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
             start_new_session=True,
             cwd=ROOT,
         )
@@ -149,7 +171,10 @@ class Pipeline:
                 raise AssertionError(f"pipeline ended before {name}: {out}\n{err[-3000:]}")
             if time.monotonic() > deadline:
                 kill_group(process)
-                raise AssertionError(f"failpoint {name} not reached in {timeout_s}s")
+                _, err = process.communicate()
+                raise AssertionError(
+                    f"failpoint {name} not reached in {timeout_s}s:\n{err[-3000:]}"
+                )
             time.sleep(0.1)
 
     def open_log(self) -> CommitLog:

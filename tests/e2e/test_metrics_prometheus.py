@@ -1,9 +1,10 @@
 """The sink's metrics as a platform team meets them: a real Prometheus (Debian's package)
-scrapes `kafka-txn-sink metrics` beside a query whose driver is frozen with its tasks'
-transactions prepared and then killed; the guard shows the frozen batch's transactions and the
-partitions they hold back within a scrape, and once the restarted query has caught up, the
-counters say what a read_committed consumer counts and the guard is clear. Every value is read
-through Prometheus' query API, not from the endpoint."""
+scrapes `kafka-txn-sink metrics` (which also pushes them over OTLP) beside a query whose driver
+is frozen with its tasks' transactions prepared and then killed; the guard shows the frozen
+batch's transactions and the partitions they hold back within a scrape, and once the restarted
+query has caught up, the counters say what a read_committed consumer counts and the guard is
+clear. Every value is read through Prometheus' query API, not from the endpoint, and the OTLP
+receiver got the same."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from kafka_txn_sink.testing.otlp_receiver import OtlpReceiver
 from kafka_txn_sink.testing.processes import LOOPBACK, free_port, spawn, tail, terminate
 from kafka_txn_sink.testing.prometheus import Prometheus
 from tests.e2e.harness import Pipeline, assert_exactly_once, kill_group, produce_ids
@@ -34,8 +36,9 @@ def exporter_port() -> int:
     return free_port()
 
 
-def start_exporter(pipeline: Pipeline, port: int) -> subprocess.Popen[bytes]:
-    """`kafka-txn-sink metrics` on `port`, as a sidecar runs it (bounded: 10 minutes)."""
+def start_exporter(pipeline: Pipeline, port: int, otlp: str) -> subprocess.Popen[bytes]:
+    """`kafka-txn-sink metrics` on `port` and pushing to `otlp`, as a sidecar runs it
+    (bounded: 10 minutes)."""
     command = [
         sys.executable,
         "-m",
@@ -47,6 +50,8 @@ def start_exporter(pipeline: Pipeline, port: int) -> subprocess.Popen[bytes]:
         pipeline.bootstrap,
         "--listen",
         f"{LOOPBACK}:{port}",
+        "--otlp-endpoint",
+        otlp,
         "--interval",
         str(SCRAPE_S),
         "--history",  # batch 0 was decided before the exporter started: count it too
@@ -102,13 +107,31 @@ def assert_dashboard_queries_answer(prometheus: Prometheus, sink_id: str) -> Non
     assert not [title for title, _ in empty if title in always], empty
 
 
+@pytest.fixture
+def otlp() -> Iterator[OtlpReceiver]:
+    with OtlpReceiver() as receiver:
+        yield receiver
+
+
+def pushed(
+    otlp: OtlpReceiver, name: str, holds: Callable[[float | None], bool], **labels: str
+) -> float | None:
+    """The pushed value of `name` once `holds` is true of it (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while not holds(found := otlp.value(name, **labels)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} {labels} pushed is still {found} after 30 s")
+        time.sleep(0.25)
+    return found
+
+
 def test_prometheus_sees_a_frozen_batch_then_every_row_once_after_the_kill(
-    pipeline: Pipeline, prometheus: Prometheus, exporter_port: int
+    pipeline: Pipeline, prometheus: Prometheus, exporter_port: int, otlp: OtlpReceiver
 ) -> None:
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
     process = pipeline.start("driver.before_decision=block@1")
     pipeline.wait_reached("driver.before_decision", process)
-    exporter = start_exporter(pipeline, exporter_port)
+    exporter = start_exporter(pipeline, exporter_port, otlp.endpoint)
     try:
         # Batch 1's tasks prepared, not decided: its transactions are open and a run may still
         # decide them; each partition they wrote to trails its high watermark.
@@ -124,6 +147,9 @@ def test_prometheus_sees_a_frozen_batch_then_every_row_once_after_the_kill(
         lagging = prometheus.query(f"kafka_txn_sink_partition_lso_lag{{{sink}}} > 0")
         assert held and lagging
         assert {r["metric"]["topic"] for r in held} == {pipeline.output}
+        # The same reading, pushed over OTLP.
+        state = {"sink_id": pipeline.sink_id, "state": "live"}
+        pushed(otlp, "kafka_txn_sink_open_transactions", lambda v: v == live, **state)
         assert prometheus.value(f"kafka_txn_sink_batches_total{{{sink}}}") == 1  # batch 0 only
 
         kill_group(process)
@@ -153,6 +179,13 @@ def test_prometheus_sees_a_frozen_batch_then_every_row_once_after_the_kill(
         assert prometheus.value(f"max(kafka_txn_sink_partition_lso_lag{{{sink}}})") == 0
         assert prometheus.value(f"kafka_txn_sink_guard_up{{{sink}}}") == 1
         assert_dashboard_queries_answer(prometheus, pipeline.sink_id)
+        # What was pushed over OTLP agrees: counters as cumulative sums, the guard clear.
+        mine = {"sink_id": pipeline.sink_id}
+        pushed(otlp, "kafka_txn_sink_batches", lambda v: v == decided, **mine)
+        assert otlp.value("kafka_txn_sink_rows", **mine) == N
+        assert otlp.latest["kafka_txn_sink_rows"].monotonic_cumulative
+        assert otlp.value("kafka_txn_sink_completion_seconds_count", **mine) == decided
+        pushed(otlp, "kafka_txn_sink_open_transactions", lambda v: v == 0, **state)
     except BaseException:
         print(tail(pipeline.workdir / "exporter.log"))
         raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from kafka.partitioner.default import murmur2
 
+from kafka_txn_sink import cli
 from kafka_txn_sink.protocol.txn_ids import transactional_id
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.conftest import NEWEST, SPARK_LINES, on_the_newest_line_in_full
@@ -56,7 +57,9 @@ def test_several_batches_over_several_partitions(pipeline: Pipeline) -> None:
 
 
 @on_the_newest_line_in_full
-def test_task_failing_after_part_of_its_rows_is_retried_once(pipeline: Pipeline) -> None:
+def test_task_failing_after_part_of_its_rows_is_retried_once(
+    pipeline: Pipeline, capsys: pytest.CaptureFixture[str]
+) -> None:
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
 
     outcome = pipeline.run("task.after_produce=raise-once")
@@ -64,6 +67,12 @@ def test_task_failing_after_part_of_its_rows_is_retried_once(pipeline: Pipeline)
     assert outcome.returncode == 0, outcome.error
     assert pipeline.reached_batches("task.after_produce") == [0]
     assert_exactly_once(pipeline, ids)
+    # The failed attempt is counted by its kind (an injected error is no error of the sink's).
+    args = ["metrics", "--log", str(pipeline.commit_log), "--bootstrap", pipeline.bootstrap]
+    assert cli.main([*args, "--once", "--history", "100"]) == 0
+    scrape = capsys.readouterr().out
+    counted = f'kafka_txn_sink_task_errors_total{{sink_id="{pipeline.sink_id}",kind="other"}} 1.0'
+    assert counted in scrape, scrape
 
 
 # Each point is a moment of the driver's commit; the query's process group is killed there,
