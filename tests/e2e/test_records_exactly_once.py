@@ -71,7 +71,7 @@ def test_task_failing_after_part_of_its_rows_is_retried_once(
     args = ["metrics", "--log", str(pipeline.commit_log), "--bootstrap", pipeline.bootstrap]
     assert cli.main([*args, "--once", "--history", "100"]) == 0
     scrape = capsys.readouterr().out
-    counted = f'kafka_txn_sink_task_errors_total{{sink_id="{pipeline.sink_id}",kind="other"}} 1.0'
+    counted = f'kafka_txn_sink_task_errors_total{{kind="other",sink_id="{pipeline.sink_id}"}} 1.0'
     assert counted in scrape, scrape
 
 
