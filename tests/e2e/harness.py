@@ -162,7 +162,7 @@ class Pipeline:
         return outcome
 
     def wait_reached(
-        self, name: str, process: subprocess.Popen[str], timeout_s: float = 180
+        self, name: str, process: subprocess.Popen[str], timeout_s: float = 300
     ) -> None:
         deadline = time.monotonic() + timeout_s
         while not failpoints.reached(self.signals, name):

@@ -153,6 +153,7 @@ def with_files(pipeline: Pipeline) -> Pipeline:
 # -- exactly once ----------------------------------------------------------------------------------
 
 
+@pytest.mark.full  # CI: the batch write killed after its decision, rerun
 @pytest.mark.parametrize("writer", ["arrow", "rows"])
 def test_a_write_is_visible_exactly_once(pipeline: Pipeline, writer: str) -> None:
     arrow = "1" if writer == "arrow" else "0"
@@ -181,6 +182,7 @@ def test_files_mode_references_every_row_once(pipeline: Pipeline) -> None:
     assert directories == {"user=user0", "user=user1", "user=user2"}
 
 
+@pytest.mark.full  # CI: the streaming query's task failing once (test_records_exactly_once)
 def test_a_task_failing_once_is_retried_and_written_once(pipeline: Pipeline) -> None:
     outcome = run_write(pipeline, "retried", "task.after_flush=raise-once@0", master="local[2,4]")
 
@@ -284,6 +286,7 @@ def test_killed_after_the_decision_past_the_timeout_the_rerun_repairs_it(
 # -- what fails, fails whole -----------------------------------------------------------------------
 
 
+@pytest.mark.full  # CI: test_records_bad_input, a record above the topic's limit
 def test_a_record_above_the_topics_limit_fails_the_write_and_publishes_nothing(
     pipeline: Pipeline,
 ) -> None:
@@ -306,6 +309,7 @@ def test_a_record_above_the_topics_limit_fails_the_write_and_publishes_nothing(
 # -- a sinkId is a streaming query's or batch writes', not both ------------------------------
 
 
+@pytest.mark.full  # CI: the batch writes' unit tests of the log's owner
 def test_a_streaming_query_on_a_sink_of_batch_writes_is_refused(pipeline: Pipeline) -> None:
     written = run_write(pipeline, "batch")
     assert written.returncode == 0, written.error

@@ -85,6 +85,7 @@ def assert_only_earlier_batches_visible(pipeline: Pipeline, ids: list[str], batc
 # -- a participant fenced before the decision ---------------------------------------------------
 
 
+@pytest.mark.full  # CI: test_two_drivers late attempt, and the model
 def test_fenced_participant_fails_the_batch_before_the_decision(pipeline: Pipeline) -> None:
     ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
     process = pipeline.start("driver.before_prepare_check=block@1")

@@ -145,6 +145,7 @@ def pre_registered(pipeline: Pipeline, registry: testing.SchemaRegistry, fmt: st
     return schema_id
 
 
+@pytest.mark.full  # CI: test_dead_letter_reasons badRows=fail, and the serializers' unit tests
 def test_a_null_where_the_schema_forbids_it_fails_the_batch_naming_column_and_subject(
     pipeline: Pipeline, schema_registry: testing.SchemaRegistry
 ) -> None:

@@ -48,6 +48,7 @@ def decoded_values(pipeline: Pipeline, settings: Mapping[str, str]) -> list[Any]
     return [deserializer(r.value, context) for r in records]
 
 
+@pytest.mark.full  # CI: tests/integration/test_registry_security.py
 def test_avro_values_written_through_an_https_bearer_gateway_are_read_once(
     pipeline: Pipeline, schema_registry: testing.SchemaRegistry, tmp_path: Path
 ) -> None:

@@ -73,6 +73,9 @@ def assert_exactly_once(broker: SecuredKafkaBroker, pipeline: Pipeline, ids: lis
     assert open_ids == []
 
 
+# CI: test_msk_iam kills a driver on a secured broker and looks for its secrets everywhere;
+# tests/integration/test_secured_broker.py commits as a SCRAM user with ACLs.
+@pytest.mark.full
 @pytest.mark.parametrize("kind", ["scram", pytest.param("mtls", marks=pytest.mark.full)])
 def test_a_least_privileged_user_survives_a_driver_kill_and_logs_no_secret(
     broker: SecuredKafkaBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
@@ -97,6 +100,7 @@ def test_a_least_privileged_user_survives_a_driver_kill_and_logs_no_secret(
     assert_no_secret([PASSWORD], output, tmp_path)
 
 
+@pytest.mark.full  # CI: tests/unit/test_kafka_security.py and the least-privileged kill
 def test_only_spark_jaas_line_gives_the_credentials(
     broker: SecuredKafkaBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

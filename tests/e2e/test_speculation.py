@@ -38,6 +38,8 @@ def assert_refused_before_kafka(pipeline: Pipeline, outcome: Outcome) -> None:
     assert sink_ids(pipeline.bootstrap, pipeline.sink_id) == []
 
 
+# CI: the batch write's refusal (the same task check), tests/unit/test_speculation.py
+@pytest.mark.full
 @on_the_newest_line_in_full
 def test_a_streaming_query_found_by_its_short_name_refuses_speculation(
     pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch

@@ -17,7 +17,7 @@ from tests.e2e.test_files_mode import assert_files_exactly_once, logged_files
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
-@pytest.mark.parametrize("writer", ["arrow", "rows"])
+@pytest.mark.parametrize("writer", ["arrow", pytest.param("rows", marks=pytest.mark.full)])
 def test_the_topic_option_wins_over_a_topic_column(pipeline: Pipeline, writer: str) -> None:
     decoy = f"decoy_{uuid.uuid4().hex[:8]}"
     create_topics(pipeline.bootstrap, 3, decoy)
@@ -31,6 +31,7 @@ def test_the_topic_option_wins_over_a_topic_column(pipeline: Pipeline, writer: s
     assert read_topic(pipeline.bootstrap, decoy, "read_uncommitted") == []
 
 
+@pytest.mark.full  # CI: the topic option wins over a topic column
 def test_a_topic_column_naming_the_references_topic_reaches_only_the_option_topic(
     pipeline: Pipeline,
 ) -> None:
