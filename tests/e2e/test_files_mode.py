@@ -366,6 +366,7 @@ def produce_payloads(bootstrap: str, topic: str, payloads: list[dict[str, Any]])
     return ids
 
 
+@pytest.mark.full  # CI: tests/unit/test_files_writer.py merges the payloads' schemas
 def test_a_file_gets_the_merged_schema_of_its_payloads(files_pipeline: Pipeline) -> None:
     files_pipeline.max_offsets = 10_000  # one batch
     files_pipeline.options["avroCodec"] = "Snappy"  # option values are case-insensitive

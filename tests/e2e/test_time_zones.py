@@ -105,7 +105,9 @@ def read_json(value: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("pipeline", "fmt"),
     [
-        (OLDEST, "avro"),
+        # Full tier: JSON Schema takes the same row path on this line, Avro the Arrow path on the
+        # newest.
+        pytest.param(OLDEST, "avro", marks=pytest.mark.full),
         (OLDEST, "json-schema"),
         (NEWEST, "avro"),
         # Full tier: its timestamps take the Arrow path that Avro's case on this line takes.
