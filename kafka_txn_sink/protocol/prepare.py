@@ -34,6 +34,7 @@ from kafka_txn_sink.errors import CommitLogError, ConfigError, QueryIdMismatchEr
 from kafka_txn_sink.kafka.producer import TaskTransaction
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol import task_errors
+from kafka_txn_sink.protocol.causes import cause_of
 from kafka_txn_sink.protocol.messages import FileRef, now_ms
 from kafka_txn_sink.protocol.output import TaskOutput
 from kafka_txn_sink.protocol.repair import RepairPlan
@@ -208,7 +209,7 @@ def _leave_error(plan: TaskPlan, task: TaskIdentity, exc: Exception) -> None:
         plan.run.run,
         task.partition,
         task.attempt,
-        task_errors.kind_of(exc),
+        cause_of(exc),
         now_ms(),
     )
     try:

@@ -5,7 +5,8 @@ that Spark retried and that then succeeded leaves no trace at all. So a task att
 raises leaves a small record of its own under `_task_errors/` at the commit log's location (the
 same place in both log formats: Delta ignores folders whose name starts with `_`), holding its
 batch, run, partition, attempt, when, and the error's kind (the sink's error class, else
-`other`: never the message, which may carry what a user passed in).
+`other`, as protocol/causes.py's `cause_of` gives it: never the message, which may carry what
+a user passed in).
 
 Best effort, on purpose: a task that is killed writes nothing, and a record that cannot be
 written (an executor without write access to the log's location) is logged and forgotten, never
@@ -21,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kafka_txn_sink.protocol.causes import cause_of
+from kafka_txn_sink.protocol.causes import OTHER
 from kafka_txn_sink.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -78,11 +79,6 @@ def leave(storage: Storage, error: TaskError) -> None:
         )
 
 
-def kind_of(exc: BaseException) -> str:
-    """The kind a record keeps of `exc` (protocol/causes.py: the sink's class, else other)."""
-    return cause_of(exc)
-
-
 def _parse(name: str, data: bytes | None) -> TaskError | None:
     match = _NAME.fullmatch(name)
     if match is None or data is None:
@@ -96,7 +92,7 @@ def _parse(name: str, data: bytes | None) -> TaskError | None:
         return None
     batch_id, run, partition, attempt = (int(g) for g in match.groups())
     return TaskError(
-        batch_id, run, partition, attempt, kind if _KIND.fullmatch(kind) else "other", at_ms
+        batch_id, run, partition, attempt, kind if _KIND.fullmatch(kind) else OTHER, at_ms
     )
 
 

@@ -16,6 +16,7 @@ from kafka_txn_sink.errors import InputError, QueryIdMismatchError
 from kafka_txn_sink.metrics.batches import LogReader
 from kafka_txn_sink.metrics.exporter import SinkMetrics
 from kafka_txn_sink.protocol import task_errors
+from kafka_txn_sink.protocol.causes import cause_of
 from kafka_txn_sink.protocol.prepare import prepare_task
 from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.protocol.task_errors import TaskError
@@ -100,8 +101,8 @@ def test_the_metrics_count_task_errors_by_kind(tmp_path: Path) -> None:
 
     task_errors.leave(storage, error(1))
     task_errors.leave(storage, error(1, attempt=1))
-    task_errors.leave(storage, error(1, attempt=2, kind=task_errors.kind_of(KeyError("x"))))
-    task_errors.leave(storage, error(1, attempt=3, kind=task_errors.kind_of(InputError("y"))))
+    task_errors.leave(storage, error(1, attempt=2, kind=cause_of(KeyError("x"))))
+    task_errors.leave(storage, error(1, attempt=3, kind=cause_of(InputError("y"))))
     metrics.refresh()
     metrics.refresh()
 
