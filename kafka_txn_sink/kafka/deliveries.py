@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,25 +103,17 @@ class PartitionReports:
 
 @dataclass
 class EosStats:
-    """The statistics `eos` object: the only place librdkafka shows producer id and epoch; and
-    from the same sample, the bytes of records the producer has sent (`txmsg_bytes`)."""
+    """The statistics `eos` object of the latest sample: the only place librdkafka shows the
+    producer id and epoch."""
 
-    wanted: bool = False
     latest: dict[str, Any] = field(default_factory=dict)
-    sent_bytes: int = 0
 
     def on_stats(self, raw: str) -> None:
-        """librdkafka's statistics callback."""
-        if self.wanted:  # parsing every sample would cost CPU on the produce path
-            self.latest = eos_of(raw)
-            self.sent_bytes = sent_bytes_of(raw)
+        """librdkafka's statistics callback: decodes only the sample's last object."""
+        self.latest = eos_of(raw)
 
 
 _EOS_KEY = '"eos":'
-# librdkafka writes the top-level totals after the brokers' and topics' objects (which have no
-# such key), so the key is looked for from the end, like the eos object.
-_SENT_BYTES_KEY = '"txmsg_bytes":'
-_DIGITS = re.compile(r"\s*(\d+)")
 _DECODER = json.JSONDecoder()
 
 
@@ -141,11 +132,3 @@ def eos_of(raw: str) -> dict[str, Any]:
                 return eos
     found = json.loads(raw).get("eos", {})
     return found if isinstance(found, dict) else {}
-
-
-def sent_bytes_of(raw: str) -> int:
-    """The producer's `txmsg_bytes` of a statistics sample: the bytes of every record it sent
-    (after compression, framing included); 0 when the sample has none."""
-    at = raw.rfind(_SENT_BYTES_KEY)
-    found = _DIGITS.match(raw, at + len(_SENT_BYTES_KEY)) if at >= 0 else None
-    return int(found.group(1)) if found else 0

@@ -28,9 +28,9 @@ from kafka_txn_sink.kafka.permissions import refused, topic_permission
 from kafka_txn_sink.kafka.security import librdkafka_config
 from kafka_txn_sink.protocol.messages import OffsetRanges, Triple
 
-# The producer id and epoch are read from the first statistics sample after the flush, so this
-# is the task's wait in prepare (on average half of it). A sample costs little: while rows are
-# produced, the callback returns without parsing it.
+# The producer id and epoch are read from a statistics sample taken inside the transaction
+# (after begin_transaction); prepare waits for one only when none has come yet, so this bounds
+# that wait. A sample costs little: only its last object, `eos`, is decoded.
 STATS_INTERVAL_MS = 25
 MAX_MESSAGE_TIMEOUT_MS = 120_000
 # Delivery reports are served (and their errors checked) every this many records; each one
@@ -84,7 +84,7 @@ class Prepared:
     rows: int
     offsets: OffsetRanges
     prepared_at_ms: int
-    bytes: int = 0  # what the producer sent for the records (deliveries.py `sent_bytes_of`)
+    bytes: int = 0  # the records' key and value bytes, as produced (uncompressed, unframed)
 
 
 class TaskTransaction:
@@ -104,6 +104,7 @@ class TaskTransaction:
             }
         )
         self._sent = 0
+        self._bytes = 0
         self._partition_reports: dict[tuple[str, int], PartitionReports] = {}
         self._partition_counts: dict[str, int] = {}
 
@@ -117,6 +118,7 @@ class TaskTransaction:
         try:
             self._client.init_transactions(self._timeout_s)
             self._client.begin_transaction()
+            self._stats.latest = {}  # only a sample taken inside this transaction names it
         except KafkaException as exc:
             what = f"init_transactions for {self._txn_id}"
             raise _kafka_failure(what, exc, self._config) from exc
@@ -155,6 +157,7 @@ class TaskTransaction:
         except SystemError as exc:
             raise self._fatal(exc) from exc
         self._sent += 1
+        self._bytes += len(value or b"") + len(key or b"")
         if self._sent % POLL_EVERY == 0:
             self._serve_deliveries()
 
@@ -169,10 +172,11 @@ class TaskTransaction:
         partition and a delivery callback in C (`PartitionReports`): no Python call per
         record but produce(). The same checks as `send`.
         """
+        if not values:
+            return
+        self._bytes += _size(values) + (_size(keys) if keys is not None else 0)
         if self._config.get("partitioner") != KEY_HASH_PARTITIONER:
             self._produce_all(topic, values, keys)  # librdkafka partitions, as set
-            return
-        if not values:
             return
         partitions = self._partitions_of(topic, keys, len(values))
         for partition, values_of, keys_of in _by_partition(partitions, values, keys):
@@ -314,7 +318,7 @@ class TaskTransaction:
             rows=self._sent,
             offsets=self._deliveries.offsets(),
             prepared_at_ms=int(time.time() * 1000),
-            bytes=self._stats.sent_bytes,
+            bytes=self._bytes,
         )
 
     def _check_every_record_reported(self) -> None:
@@ -411,18 +415,23 @@ class TaskTransaction:
         )
 
     def _read_triple(self) -> Triple:
-        self._stats.wanted = True
-        self._stats.latest = {}
+        """The producer id and epoch of the open transaction, from a statistics sample taken
+        inside it: the one already seen if any, else the next (bounded wait).
+
+        A sample from any time after begin_transaction names the ids the records carry: the
+        producer takes a new epoch only in abort_transaction or init_transactions, and what
+        makes it need one fails a record first, which `prepare` has already refused."""
         deadline = time.monotonic() + max(5.0, 20 * STATS_INTERVAL_MS / 1000)
-        while time.monotonic() < deadline:
-            self._client.poll(STATS_INTERVAL_MS / 1000)
+        while True:
             eos = self._stats.latest
             if eos.get("txn_state") == "InTransaction" and eos.get("epoch_cnt") == 1:
                 return Triple(self._txn_id, int(eos["producer_id"]), int(eos["producer_epoch"]))
-        raise KafkaTxnSinkError(
-            f"{self._txn_id}: the producer never reported an open transaction with one "
-            f"producer id (last eos statistics: {self._stats.latest})"
-        )
+            if time.monotonic() >= deadline:
+                raise KafkaTxnSinkError(
+                    f"{self._txn_id}: the producer never reported an open transaction with "
+                    f"one producer id (last eos statistics: {eos})"
+                )
+            self._client.poll(STATS_INTERVAL_MS / 1000)
 
 
 def _kafka_failure(what: str, exc: KafkaException, config: Mapping[str, Any]) -> KafkaTxnSinkError:
@@ -500,6 +509,14 @@ def _split(
     """`items` taken in the order of `picks`, cut at `bounds` (itemgetter moves them in C)."""
     taken = list(itemgetter(*picks)(items)) if len(picks) > 1 else [items[i] for i in picks]
     return [taken[start:end] for start, end in itertools.pairwise(bounds)]
+
+
+def _size(items: Sequence[bytes | None]) -> int:
+    """The bytes of `items`, None counting 0 (the common case without None stays in C)."""
+    try:
+        return sum(map(len, items))  # type: ignore[arg-type]
+    except TypeError:
+        return sum(map(len, filter(None, items)))
 
 
 def _no_keys(values: Sequence[bytes | None]) -> Iterator[tuple[bytes | None, None]]:

@@ -4,6 +4,7 @@ preparing hundreds of transactions in one (reused) Python worker leaks no thread
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
 import pytest
@@ -49,6 +50,35 @@ def test_reported_triple_is_the_coordinators(kafka_bootstrap: str) -> None:
         sum(last - first + 1 for p in prepared.offsets[topic].values() for first, last in [p])
         == 100
     )
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        state = txn_admin.describe([txn_id])[txn_id]
+        txn_admin.end_transactions([prepared.triple], commit=False, deadline_s=30)
+    assert state.state == ONGOING
+    assert state.triple == prepared.triple
+
+
+def test_a_sample_taken_before_the_flush_names_the_transaction(kafka_bootstrap: str) -> None:
+    """prepare() takes the producer id from a sample seen while the records were produced
+    (no wait for another): it is the coordinator's, and the task's bytes are its records'
+    keys and values, tombstones and null keys included."""
+    topic = f"prod_{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_bootstrap, 3, topic)
+    txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"
+    txn = TaskTransaction(producer_config(kafka_bootstrap, {}, txn_id, 60_000), timeout_s=30)
+    txn.init()
+    values: list[bytes | None] = [b"value-%d" % i for i in range(50)] + [None]
+    keys: list[bytes | None] = [b"k%d" % i for i in range(50)] + [b"gone"]
+    txn.send_many(topic, values, keys)
+    deadline = time.monotonic() + 5
+    while not txn._stats.latest.get("producer_id") and time.monotonic() < deadline:
+        txn._client.poll(0.01)  # let a sample inside the transaction arrive
+    txn.send_many(topic, [b"last"], [None])
+    prepared = txn.prepare()
+    txn.detach()
+
+    assert prepared is not None and prepared.rows == 52
+    payload = sum(len(v or b"") + len(k or b"") for v, k in zip(values, keys, strict=True))
+    assert prepared.bytes == payload + len(b"last")
     with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
         state = txn_admin.describe([txn_id])[txn_id]
         txn_admin.end_transactions([prepared.triple], commit=False, deadline_s=30)
