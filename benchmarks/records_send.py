@@ -12,6 +12,9 @@ is aborted (nothing is ever committed):
   partitions, and a Python delivery callback per record collecting offsets (`Deliveries`);
 - `send_many`: `TaskTransaction.send_many` as the Arrow path calls it now: partitions computed
   for the batch, produce() with an explicit partition, delivery reports kept by a C callback;
+- `send_many, every record reported`: the same with a delivery report on every record, as
+  before 2026-11-28 (since then only a task's first `REPORTED_RECORDS` are, and the others are
+  proven by their partitions' acknowledged counts);
 - `send_many + digest`: the same through the digest of the records that records mode keeps for
   a repair (records/digest.py): what the digest costs a row;
 - `produce, no reports` and `produce_batch, no reports`: the floors, with no offsets and no
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -33,8 +37,15 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from kafka_txn_sink.kafka import producer as producer_module
 from kafka_txn_sink.kafka.deliveries import Deliveries
-from kafka_txn_sink.kafka.producer import POLL_EVERY, Prepared, TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import (
+    POLL_EVERY,
+    REPORTED_RECORDS,
+    Prepared,
+    TaskTransaction,
+    producer_config,
+)
 from kafka_txn_sink.records.digest import DigestingTransaction
 from kafka_txn_sink.testing.kafka_broker import create_topic
 
@@ -93,10 +104,13 @@ def timed(send: Callable[[], None], flush: Callable[[], None], rows: int) -> tup
 
 
 def run_send_many(
-    bootstrap: str, topic: str, rows: Rows, digest: bool = False
+    bootstrap: str, topic: str, rows: Rows, digest: bool = False, reported: bool = False
 ) -> tuple[float, float]:
     """One transaction through `TaskTransaction`: send_many, then prepare (flush, offsets);
-    with `digest`, through the records' digest as records mode sends (records/digest.py)."""
+    with `digest`, through the records' digest as records mode sends (records/digest.py); with
+    `reported`, every record with a delivery report (as before 2026-11-28: no record is proven
+    by its partition's acknowledged count)."""
+    producer_module.REPORTED_RECORDS = sys.maxsize if reported else REPORTED_RECORDS
     txn = TaskTransaction(producer_config(bootstrap, {}, _txn_id(), 120_000), TIMEOUT_S)
     txn.init()
     prepared: list[Prepared | None] = []
@@ -112,7 +126,10 @@ def run_send_many(
 
 
 def run_raw(
-    bootstrap: str, topic: str, rows: Rows, send: Callable[[Producer, str, Rows], None],
+    bootstrap: str,
+    topic: str,
+    rows: Rows,
+    send: Callable[[Producer, str, Rows], None],
     reports: bool,
 ) -> tuple[float, float]:
     """One transaction of a bare transactional producer, with the per-record Python delivery
@@ -148,6 +165,7 @@ PATHS: dict[str, Callable[[str, str, Rows], tuple[float, float]]] = {
     "per-record callback": lambda b, t, r: run_raw(b, t, r, per_record_callback, True),
     "send_many": run_send_many,
     "send_many + digest": lambda b, t, r: run_send_many(b, t, r, digest=True),
+    "send_many, every record reported": lambda b, t, r: run_send_many(b, t, r, reported=True),
     "produce, no reports": lambda b, t, r: run_raw(b, t, r, per_record_callback, False),
     "produce_batch, no reports": lambda b, t, r: run_raw(b, t, r, produce_batch, False),
 }

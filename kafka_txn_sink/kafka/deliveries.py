@@ -28,6 +28,7 @@ class Deliveries:
     error: KafkaError | None = None
     error_topic: str | None = None
     delivered: int = 0
+    delivered_to: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         """librdkafka's delivery callback of one record."""
@@ -38,7 +39,9 @@ class Deliveries:
                 self.error, self.error_topic = err, msg.topic()
             return
         self.delivered += 1
-        self.record(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+        where = (msg.topic() or "", msg.partition() or 0)
+        self.delivered_to[where] = self.delivered_to.get(where, 0) + 1
+        self.record(*where, msg.offset() or 0)
 
     def record(self, topic: str, partition: int, offset: int) -> None:
         """Widen the range of `(topic, partition)` to `offset`."""
@@ -76,7 +79,8 @@ class PartitionReports:
 
     first: Reports = field(default_factory=dict)
     rest: Reports = field(default_factory=dict)
-    sent: int = 0
+    sent: int = 0  # every record sent to the partition
+    unreported: int = 0  # of them, those sent without a delivery report
 
     def callback(self) -> Callable[[KafkaError | None, Message], None]:
         """The delivery callback of the next record sent to this partition."""
@@ -107,10 +111,11 @@ class EosStats:
     producer id and epoch."""
 
     latest: dict[str, Any] = field(default_factory=dict)
+    raw: str = ""  # the latest sample itself, for `acknowledged_of`
 
     def on_stats(self, raw: str) -> None:
         """librdkafka's statistics callback: decodes only the sample's last object."""
-        self.latest = eos_of(raw)
+        self.latest, self.raw = eos_of(raw), raw
 
 
 _EOS_KEY = '"eos":'
@@ -132,3 +137,16 @@ def eos_of(raw: str) -> dict[str, Any]:
                 return eos
     found = json.loads(raw).get("eos", {})
     return found if isinstance(found, dict) else {}
+
+
+def acknowledged_of(raw: str) -> dict[tuple[str, int], int]:
+    """Per topic and partition, the records of the producer's current epoch the broker has
+    acknowledged (`next_ack_seq`: the idempotent producer numbers a partition's records from 0
+    in each epoch and the broker acknowledges them in order), from a statistics sample."""
+    topics = json.loads(raw).get("topics", {}) if raw else {}
+    return {
+        (topic, int(partition)): int(fields.get("next_ack_seq", 0))
+        for topic, stats in topics.items()
+        for partition, fields in stats.get("partitions", {}).items()
+        if int(partition) >= 0
+    }

@@ -9,7 +9,12 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, Producer
 
-from kafka_txn_sink.kafka.deliveries import Deliveries, PartitionReports, eos_of
+from kafka_txn_sink.kafka.deliveries import (
+    Deliveries,
+    PartitionReports,
+    acknowledged_of,
+    eos_of,
+)
 
 
 @dataclass
@@ -158,3 +163,23 @@ def test_a_real_samples_eos_object_is_found_from_the_end() -> None:
     eos = eos_of(raw)
     assert eos == json.loads(raw)["eos"]
     assert eos["txn_state"] != "InTransaction" and eos["epoch_cnt"] == 0
+
+
+def test_acknowledged_counts_per_partition_leave_out_the_unassigned_queue() -> None:
+    raw = json.dumps(
+        {
+            "topics": {
+                "orders": {
+                    "partitions": {
+                        "0": {"next_ack_seq": 300, "msgq_cnt": 0},
+                        "1": {"next_ack_seq": 120},
+                        "-1": {"next_ack_seq": 0, "msgs": 420},
+                    }
+                }
+            },
+            "eos": EOS,
+        }
+    )
+
+    assert acknowledged_of(raw) == {("orders", 0): 300, ("orders", 1): 120}
+    assert acknowledged_of("") == {}
