@@ -4,7 +4,8 @@ Java clients, and so Spark's own Kafka sink, send a record with a key to partiti
 `(murmur2(key) & 0x7fffffff) % partitions`; librdkafka's `murmur2_random` partitioner (the
 producer's setting here) does the same. Knowing the partitions before producing lets the producer
 send each partition's records with an explicit partition and collect their delivery reports per
-partition without a Python call per record (`producer.TaskTransaction.send_many`).
+partition without a Python call per record (`producer.TaskTransaction.send_many`);
+`by_partition` splits a batch's records that way, each partition's in their order.
 
 The arithmetic runs in pyarrow's compute kernels (a core dependency) rather than numpy, which
 only files mode and the verifier install: unchecked uint32 arithmetic wraps on overflow as Java's
@@ -13,7 +14,9 @@ int arithmetic does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
+from operator import itemgetter
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -103,3 +106,32 @@ def _mix_tail(hashes: pa.Array, data: pa.Array, end: pa.Array, tail: pa.Array) -
         hashes = pc.replace_with_mask(hashes, has, pc.bit_wise_xor(pc.filter(hashes, has), shifted))
     has = pc.greater(tail, 0)
     return pc.replace_with_mask(hashes, has, pc.multiply(pc.filter(hashes, has), _u32(MULTIPLIER)))
+
+
+def by_partition(
+    partitions: pa.Int64Array,
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None,
+) -> Iterator[tuple[int, Sequence[bytes | None], Sequence[bytes | None] | None]]:
+    """(partition, its values, its keys) for each partition used, records in their order."""
+    low, high = pc.min_max(partitions).values()
+    if low == high:
+        yield low.as_py(), values, keys
+        return
+    order = pc.sort_indices(partitions)  # stable: each partition keeps its records' order
+    ordered = pc.take(partitions, order)
+    changes = pc.not_equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
+    bounds = [0, *(pc.add(pc.indices_nonzero(changes), 1).to_pylist()), len(ordered)]
+    firsts = pc.take(ordered, bounds[:-1]).to_pylist()
+    picks = order.to_pylist()
+    values_by = split_at(values, picks, bounds)
+    keys_by = split_at(keys, picks, bounds) if keys is not None else [None] * len(firsts)
+    yield from zip(firsts, values_by, keys_by, strict=True)
+
+
+def split_at(
+    items: Sequence[bytes | None], picks: list[int], bounds: list[int]
+) -> list[list[bytes | None]]:
+    """`items` taken in the order of `picks`, cut at `bounds` (itemgetter moves them in C)."""
+    taken = list(itemgetter(*picks)(items)) if len(picks) > 1 else [items[i] for i in picks]
+    return [taken[start:end] for start, end in itertools.pairwise(bounds)]

@@ -11,10 +11,11 @@ import contextlib
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from operator import itemgetter
+from operator import length_hint
 from typing import Any, cast
 
 import pyarrow as pa
@@ -29,8 +30,9 @@ from kafka_txn_sink.kafka.deliveries import (
     PartitionReports,
     acknowledged_of,
 )
-from kafka_txn_sink.kafka.partitioner import key_partitions
+from kafka_txn_sink.kafka.partitioner import by_partition, key_partitions
 from kafka_txn_sink.kafka.permissions import refused, topic_permission
+from kafka_txn_sink.kafka.produce_errors import kafka_failure, produce_failure
 from kafka_txn_sink.kafka.security import librdkafka_config
 from kafka_txn_sink.protocol.messages import OffsetRanges, Triple
 
@@ -134,7 +136,7 @@ class TaskTransaction:
             self._stats.latest = {}  # only a sample taken inside this transaction names it
         except KafkaException as exc:
             what = f"init_transactions for {self._txn_id}"
-            raise _kafka_failure(what, exc, self._config) from exc
+            raise kafka_failure(what, exc, self._config) from exc
 
     def send(
         self,
@@ -166,7 +168,7 @@ class TaskTransaction:
             except BufferError:
                 self._produce_when_room(partial(produce, topic, value, key, **extra))
         except KafkaException as exc:
-            raise _produce_failure(topic, value, key, exc, self._config) from exc
+            raise produce_failure(topic, value, key, exc, self._config) from exc
         except SystemError as exc:
             raise self._fatal(exc) from exc
         self._sent += 1
@@ -193,7 +195,7 @@ class TaskTransaction:
             self._produce_all(topic, values, keys, UNASSIGNED, self._deliveries.on_delivery)
             return
         partitions = self._partitions_of(topic, keys, len(values))
-        for partition, values_of, keys_of in _by_partition(partitions, values, keys):
+        for partition, values_of, keys_of in by_partition(partitions, values, keys):
             self._send_to_partition(topic, partition, values_of, keys_of)
 
     def _send_to_partition(
@@ -254,10 +256,10 @@ class TaskTransaction:
         try:
             metadata = self._client.list_topics(topic, self._timeout_s).topics[topic]
         except KafkaException as exc:
-            raise _kafka_failure(f"reading the metadata of {topic}", exc, self._config) from exc
+            raise kafka_failure(f"reading the metadata of {topic}", exc, self._config) from exc
         if metadata.error is not None:
             failure = KafkaException(metadata.error)
-            raise _produce_failure(topic, None, None, failure, self._config) from failure
+            raise produce_failure(topic, None, None, failure, self._config) from failure
         count = self._partition_counts[topic] = len(metadata.partitions)
         return count
 
@@ -269,30 +271,56 @@ class TaskTransaction:
         *where: Any,
     ) -> None:
         """produce(topic, value, key, *where) for every record: `where` is (partition, delivery
-        callback), or (partition) alone for records that report nothing."""
+        callback), or (partition) alone for records that report nothing. Reports are served
+        after every POLL_EVERY records."""
+        for start in range(0, len(values), POLL_EVERY):
+            end = min(start + POLL_EVERY, len(values))
+            self._produce_range(topic, values, keys, where, start, end)
+            if end - start == POLL_EVERY:
+                self._serve_deliveries()
+
+    def _produce_range(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        where: tuple[Any, ...],
+        start: int,
+        end: int,
+    ) -> None:
+        """Records `start` to `end` through a `map` that calls produce() from C: no Python
+        bytecode a record. On a failed call the record is found by what the map had taken."""
         produce = self._client.produce
-        served = self._sent
-        sent = 0
-        value: bytes | None = None
-        key: bytes | None = None
-        try:
-            for value, key in (
-                zip(values, keys, strict=True) if keys is not None else _no_keys(values)
-            ):
+        while start < end:
+            taken = iter(values[start:end])
+            key_of = iter(keys[start:end]) if keys is not None else itertools.repeat(None)
+            calls = map(
+                produce, itertools.repeat(topic), taken, key_of, *map(itertools.repeat, where)
+            )
+            try:
+                deque(calls, maxlen=0)
+                self._sent += end - start
+                return
+            except (BufferError, KafkaException, SystemError) as exc:
+                failed = end - length_hint(taken) - 1  # its value was the last one taken
+                self._sent += failed - start
+                value, key = values[failed], keys[failed] if keys is not None else None
+                if not isinstance(exc, BufferError):
+                    raise self._produce_error(topic, value, key, exc) from exc
                 try:
-                    produce(topic, value, key, *where)
-                except BufferError:
                     self._produce_when_room(partial(produce, topic, value, key, *where))
-                sent += 1
-                if sent % POLL_EVERY == 0:
-                    self._sent = served + sent
-                    self._serve_deliveries()
-        except KafkaException as exc:
-            raise _produce_failure(topic, value, key, exc, self._config) from exc
-        except SystemError as exc:
-            raise self._fatal(exc) from exc
-        finally:
-            self._sent = served + sent
+                except (KafkaException, SystemError) as again:
+                    raise self._produce_error(topic, value, key, again) from again
+                self._sent += 1
+                start = failed + 1
+
+    def _produce_error(
+        self, topic: str, value: bytes | None, key: bytes | None, exc: Exception
+    ) -> KafkaTxnSinkError:
+        """The error of a refused produce() call of this record."""
+        if isinstance(exc, SystemError):
+            return self._fatal(exc)
+        return produce_failure(topic, value, key, cast(KafkaException, exc), self._config)
 
     def _produce_when_room(self, produce_one: Callable[[], None]) -> None:
         """The producer queue is full: serve delivery reports until `produce_one` is accepted."""
@@ -490,91 +518,9 @@ class TaskTransaction:
             self._client.poll(STATS_INTERVAL_MS / 1000)
 
 
-def _kafka_failure(what: str, exc: KafkaException, config: Mapping[str, Any]) -> KafkaTxnSinkError:
-    error: KafkaError = exc.args[0]
-    denial = refused(error.code(), error.str(), config, what, txn_id=config["transactional.id"])
-    if denial is not None:
-        return denial
-    if error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
-        return KafkaUnavailableError(f"{what} failed: {error.str()}")
-    return KafkaTxnSinkError(f"{what} failed: {error.str()}")
-
-
-def _produce_failure(
-    topic: str,
-    value: bytes | None,
-    key: bytes | None,
-    exc: KafkaException,
-    config: Mapping[str, Any],
-) -> KafkaTxnSinkError:
-    error: KafkaError = exc.args[0]
-    step = f"producing to {topic} in {config['transactional.id']}"
-    denial = refused(
-        error.code(),
-        error.str(),
-        config,
-        step,
-        topic_permission("Write", topic),
-        config["transactional.id"],
-    )
-    if denial is not None:
-        return denial
-    if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
-        size = len(value or b"") + len(key or b"")
-        return InputError(
-            f"a record of {size} bytes (columns key + value) for topic {topic} exceeds "
-            f"message.max.bytes; raise kafka.message.max.bytes (and the topic's "
-            f"max.message.bytes) or send smaller values",
-            reason="too_large",
-        )
-    if error.code() in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
-        return InputError(
-            f"topic {topic!r} (from option topic or column topic) does not exist", reason="topic"
-        )
-    if error.code() == KafkaError._UNKNOWN_PARTITION:
-        return InputError(
-            f"column partition names a partition that topic {topic!r} lacks", reason="partition"
-        )
-    return KafkaTxnSinkError(f"producing to {topic} failed: {error.str()}")
-
-
-def _by_partition(
-    partitions: pa.Int64Array,
-    values: Sequence[bytes | None],
-    keys: Sequence[bytes | None] | None,
-) -> Iterator[tuple[int, Sequence[bytes | None], Sequence[bytes | None] | None]]:
-    """(partition, its values, its keys) for each partition used, records in their order."""
-    low, high = pc.min_max(partitions).values()
-    if low == high:
-        yield low.as_py(), values, keys
-        return
-    order = pc.sort_indices(partitions)  # stable: each partition keeps its records' order
-    ordered = pc.take(partitions, order)
-    changes = pc.not_equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
-    bounds = [0, *(pc.add(pc.indices_nonzero(changes), 1).to_pylist()), len(ordered)]
-    firsts = pc.take(ordered, bounds[:-1]).to_pylist()
-    picks = order.to_pylist()
-    values_by = _split(values, picks, bounds)
-    keys_by = _split(keys, picks, bounds) if keys is not None else [None] * len(firsts)
-    yield from zip(firsts, values_by, keys_by, strict=True)
-
-
-def _split(
-    items: Sequence[bytes | None], picks: list[int], bounds: list[int]
-) -> list[list[bytes | None]]:
-    """`items` taken in the order of `picks`, cut at `bounds` (itemgetter moves them in C)."""
-    taken = list(itemgetter(*picks)(items)) if len(picks) > 1 else [items[i] for i in picks]
-    return [taken[start:end] for start, end in itertools.pairwise(bounds)]
-
-
 def _size(items: Sequence[bytes | None]) -> int:
     """The bytes of `items`, None counting 0 (the common case without None stays in C)."""
     try:
         return sum(map(len, items))  # type: ignore[arg-type]
     except TypeError:
         return sum(map(len, filter(None, items)))
-
-
-def _no_keys(values: Sequence[bytes | None]) -> Iterator[tuple[bytes | None, None]]:
-    for value in values:
-        yield value, None

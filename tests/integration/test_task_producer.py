@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from kafka_txn_sink.errors import KafkaTxnSinkError
+from kafka_txn_sink.errors import InputError, KafkaTxnSinkError
 from kafka_txn_sink.kafka import producer as producer_module
 from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
@@ -168,6 +168,44 @@ def test_a_partition_acknowledging_fewer_records_than_sent_fails_the_task(
     txn.send_many(topic, [b"v"] * 200, [b"k"] * 200)
     with pytest.raises(KafkaTxnSinkError, match=r"acknowledged 219 of the 220 records sent to"):
         txn.prepare()
+    txn.detach()
+    assert read_topic(kafka_bootstrap, topic) == []
+
+
+def test_a_full_queue_loses_and_repeats_no_record(kafka_bootstrap: str) -> None:
+    """With a producer queue of 50 records, produce() refuses over and over while send_many
+    hands it thousands: each refused record is sent again once, in its place."""
+    topic = f"prod_{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_bootstrap, 2, topic)
+    txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"
+    tiny = {"queue.buffering.max.messages": "50"}
+    txn = TaskTransaction(producer_config(kafka_bootstrap, tiny, txn_id, 60_000), timeout_s=30)
+    txn.init()
+    ids = [b"%05d" % i for i in range(5_000)]
+    txn.send_many(topic, ids, None)  # no keys: one partition, in this order
+    prepared = txn.prepare()
+    txn.detach()
+
+    assert prepared is not None and prepared.rows == 5_000
+    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
+        txn_admin.end_transactions([prepared.triple], commit=True, deadline_s=30)
+    assert [record.value for record in read_topic(kafka_bootstrap, topic)] == ids
+
+
+def test_a_record_refused_by_produce_is_the_one_named(kafka_bootstrap: str) -> None:
+    """A record above the producer's message.max.bytes is refused by produce() itself, in the
+    middle of a call: the error gives that record's size, and the task publishes nothing."""
+    topic = f"prod_{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_bootstrap, 1, topic)
+    txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"
+    small = {"message.max.bytes": "2000"}
+    txn = TaskTransaction(producer_config(kafka_bootstrap, small, txn_id, 60_000), timeout_s=30)
+    txn.init()
+    values: list[bytes | None] = [b"v" * 10] * 3_000
+    values[2_345] = b"x" * 4_321
+    with pytest.raises(InputError, match="a record of 4321 bytes"):
+        txn.send_many(topic, values, None)
+    txn.abort()
     txn.detach()
     assert read_topic(kafka_bootstrap, topic) == []
 

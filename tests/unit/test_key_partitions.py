@@ -8,8 +8,7 @@ from typing import cast
 import pyarrow as pa
 import pytest
 
-from kafka_txn_sink.kafka.partitioner import key_partitions
-from kafka_txn_sink.kafka.producer import _by_partition
+from kafka_txn_sink.kafka.partitioner import by_partition, key_partitions
 
 # Kafka's own test vectors of Utils.murmur2 (signed Java ints).
 MURMUR2 = {
@@ -49,7 +48,7 @@ def test_a_batch_is_split_by_partition_keeping_each_partitions_order() -> None:
     values = [b"v0", b"v1", b"v2", b"v3", b"v4", b"v5"]
     keys = [b"k0", b"k1", b"k2", b"k3", b"k4", b"k5"]
 
-    groups = list(_by_partition(partitions, values, keys))
+    groups = list(by_partition(partitions, values, keys))
 
     assert groups == [
         (0, [b"v1", b"v4"], [b"k1", b"k4"]),
@@ -61,7 +60,7 @@ def test_a_batch_is_split_by_partition_keeping_each_partitions_order() -> None:
 def test_a_batch_of_one_partition_is_sent_as_it_is() -> None:
     values = [b"a", None, b"c"]
 
-    [(partition, sent, keys)] = _by_partition(pa.array([4, 4, 4], pa.int64()), values, None)
+    [(partition, sent, keys)] = by_partition(pa.array([4, 4, 4], pa.int64()), values, None)
 
     assert (partition, sent, keys) == (4, values, None)
 
