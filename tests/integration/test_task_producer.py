@@ -37,12 +37,18 @@ def prepare_one(bootstrap: str, topic: str, txn_id: str) -> TaskTransaction:
     return txn
 
 
+def open_txn(bootstrap: str, settings: dict[str, str]) -> tuple[TaskTransaction, str]:
+    """A task's transaction of a fresh id, initialised and begun, with these producer settings."""
+    txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"
+    txn = TaskTransaction(producer_config(bootstrap, settings, txn_id, 60_000), timeout_s=30)
+    txn.init()
+    return txn, txn_id
+
+
 def test_reported_triple_is_the_coordinators(kafka_bootstrap: str) -> None:
     topic = f"prod_{uuid.uuid4().hex[:8]}"
     create_topics(kafka_bootstrap, 3, topic)
-    txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"
-    txn = TaskTransaction(producer_config(kafka_bootstrap, {}, txn_id, 60_000), timeout_s=30)
-    txn.init()
+    txn, txn_id = open_txn(kafka_bootstrap, {})
     for i in range(100):
         txn.send(topic, value=b"v", key=str(i).encode())
     prepared = txn.prepare()
@@ -66,11 +72,9 @@ def test_a_sample_taken_before_the_flush_names_the_transaction(kafka_bootstrap: 
     keys and values, tombstones and null keys included."""
     topic = f"prod_{uuid.uuid4().hex[:8]}"
     create_topics(kafka_bootstrap, 3, topic)
-    txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"
-    txn = TaskTransaction(producer_config(kafka_bootstrap, {}, txn_id, 60_000), timeout_s=30)
-    txn.init()
+    txn, txn_id = open_txn(kafka_bootstrap, {})
     values: list[bytes | None] = [b"value-%d" % i for i in range(50)] + [None]
-    keys: list[bytes | None] = [b"k%d" % i for i in range(50)] + [b"gone"]
+    keys: list[bytes | None] = [*(b"k%d" % i for i in range(50)), b"gone"]
     txn.send_many(topic, values, keys)
     deadline = time.monotonic() + 5
     while not txn._stats.latest.get("producer_id") and time.monotonic() < deadline:
@@ -98,9 +102,7 @@ def test_records_past_the_reported_ones_are_proven_by_the_acknowledged_counts(
     monkeypatch.setattr(producer_module, "REPORTED_RECORDS", 100)
     topic = f"prod_{uuid.uuid4().hex[:8]}"
     create_topics(kafka_bootstrap, 3, topic)
-    txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"
-    txn = TaskTransaction(producer_config(kafka_bootstrap, {}, txn_id, 60_000), timeout_s=30)
-    txn.init()
+    txn, txn_id = open_txn(kafka_bootstrap, {})
     ids = [b"%d" % i for i in range(2_000)]
     for start in range(0, len(ids), 500):
         txn.send_many(topic, ids[start : start + 500], ids[start : start + 500])
@@ -113,7 +115,7 @@ def test_records_past_the_reported_ones_are_proven_by_the_acknowledged_counts(
     with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
         assert txn_admin.describe([txn_id])[txn_id].triple == prepared.triple
         txn_admin.end_transactions([prepared.triple], commit=True, deadline_s=30)
-    seen = [record.value for record in read_topic(kafka_bootstrap, topic)]
+    seen = [record.value or b"" for record in read_topic(kafka_bootstrap, topic)]
     assert sorted(seen) == sorted(ids)
 
 
@@ -126,11 +128,8 @@ def test_a_refused_record_among_the_unreported_fails_the_task(
     monkeypatch.setattr(producer_module, "REPORTED_RECORDS", 10)
     topic = f"prod_{uuid.uuid4().hex[:8]}"
     create_small_topic(kafka_bootstrap, topic, max_message_bytes=1_000)
-    txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"
     small_batches = {"batch.num.messages": "10"}  # the refused record's batch is not the last's
-    config = producer_config(kafka_bootstrap, small_batches, txn_id, 60_000)
-    txn = TaskTransaction(config, timeout_s=30)
-    txn.init()
+    txn, txn_id = open_txn(kafka_bootstrap, small_batches)
     values: list[bytes | None] = [b"small-%d" % i for i in range(300)]
     values[150] = b"x" * 5_000
     txn.send_many(topic, values[:20], [b"k"] * 20)
@@ -161,9 +160,7 @@ def test_a_partition_acknowledging_fewer_records_than_sent_fails_the_task(
     monkeypatch.setattr(producer_module, "acknowledged_of", one_missing)
     topic = f"prod_{uuid.uuid4().hex[:8]}"
     create_topics(kafka_bootstrap, 2, topic)
-    txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"
-    txn = TaskTransaction(producer_config(kafka_bootstrap, {}, txn_id, 60_000), timeout_s=30)
-    txn.init()
+    txn, _ = open_txn(kafka_bootstrap, {})
     txn.send_many(topic, [b"v"] * 20, [b"k"] * 20)
     txn.send_many(topic, [b"v"] * 200, [b"k"] * 200)
     with pytest.raises(KafkaTxnSinkError, match=r"acknowledged 219 of the 220 records sent to"):
@@ -177,10 +174,8 @@ def test_a_full_queue_loses_and_repeats_no_record(kafka_bootstrap: str) -> None:
     hands it thousands: each refused record is sent again once, in its place."""
     topic = f"prod_{uuid.uuid4().hex[:8]}"
     create_topics(kafka_bootstrap, 2, topic)
-    txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"
     tiny = {"queue.buffering.max.messages": "50"}
-    txn = TaskTransaction(producer_config(kafka_bootstrap, tiny, txn_id, 60_000), timeout_s=30)
-    txn.init()
+    txn, _ = open_txn(kafka_bootstrap, tiny)
     ids = [b"%05d" % i for i in range(5_000)]
     txn.send_many(topic, ids, None)  # no keys: one partition, in this order
     prepared = txn.prepare()
@@ -197,10 +192,8 @@ def test_a_record_refused_by_produce_is_the_one_named(kafka_bootstrap: str) -> N
     middle of a call: the error gives that record's size, and the task publishes nothing."""
     topic = f"prod_{uuid.uuid4().hex[:8]}"
     create_topics(kafka_bootstrap, 1, topic)
-    txn_id = f"prodtest_{uuid.uuid4().hex[:8]}-0"
     small = {"message.max.bytes": "2000"}
-    txn = TaskTransaction(producer_config(kafka_bootstrap, small, txn_id, 60_000), timeout_s=30)
-    txn.init()
+    txn, _ = open_txn(kafka_bootstrap, small)
     values: list[bytes | None] = [b"v" * 10] * 3_000
     values[2_345] = b"x" * 4_321
     with pytest.raises(InputError, match="a record of 4321 bytes"):
