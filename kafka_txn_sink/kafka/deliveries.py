@@ -70,11 +70,12 @@ Reports = dict[KafkaError | None, Message]
 @dataclass
 class PartitionReports:
     """Delivery reports of the records `send_many` sent to one partition, kept without a Python
-    call per record: each record's callback is the C method `dict.__setitem__` of `first` (the
-    partition's first record) or of `rest` (every later one), so each dict maps None to the
-    latest delivered message and each error to a message that failed with it. An idempotent
-    producer writes and reports one partition's records in the order they were produced, so
-    `first[None]` holds the partition's lowest offset and `rest[None]` its highest.
+    call per record: a reported record's callback is the C method `dict.__setitem__` of `first`
+    (the partition's first record) or of `rest` (a later one; past the task's first
+    REPORTED_RECORDS only each call's last, the others are `unreported`), so each dict maps None
+    to the latest delivered message and each error to a message that failed with it. An
+    idempotent producer writes and reports one partition's records in the order they were
+    produced, so `first[None]` holds the partition's lowest offset and `rest[None]` its highest.
     """
 
     first: Reports = field(default_factory=dict)

@@ -45,8 +45,8 @@ MAX_MESSAGE_TIMEOUT_MS = 120_000
 # holds its message's memory until served.
 POLL_EVERY = 1000
 # A task's first this many records each get a delivery report. After them, `send_many` reports
-# only each call's first and last record of a partition and proves the others delivered by the
-# partition's acknowledged count in a statistics sample taken after the flush
+# only each call's last record of a partition (and the partition's first, which came before)
+# and proves the others delivered by the partition's acknowledged count in a sample after the flush
 # (deliveries.acknowledged_of): that sample costs a wait of up to STATS_INTERVAL_MS, which the
 # reports left out (about 0.3 us a record, measured) repay in a task this long.
 REPORTED_RECORDS = 40_000
@@ -184,11 +184,17 @@ class TaskTransaction:
         The partitions are computed for the whole batch (kafka/partitioner.py: the ones
         librdkafka picks for keys; one random partition per call for null keys, as a sticky
         partitioner does), then each partition's records are produced with an explicit
-        partition and a delivery callback in C (`PartitionReports`): no Python call per
-        record but produce(). The same checks as `send`.
+        partition and a delivery callback in C (`PartitionReports`; past REPORTED_RECORDS,
+        none but on each call's last record of a partition): no Python call per record but
+        produce(), itself called from C. The same checks as `send`.
+
+        Raises:
+            ValueError: `keys` is not as long as `values`.
         """
         if not values:
             return
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"{len(values)} values but {len(keys)} keys")
         self._bytes += _size(values) + (_size(keys) if keys is not None else 0)
         if self._config.get("partitioner") != KEY_HASH_PARTITIONER:
             # librdkafka partitions, as set (UA: unassigned), and reports each record
@@ -272,7 +278,8 @@ class TaskTransaction:
     ) -> None:
         """produce(topic, value, key, *where) for every record: `where` is (partition, delivery
         callback), or (partition) alone for records that report nothing. Reports are served
-        after every POLL_EVERY records."""
+        after every POLL_EVERY records of one call (fewer: at the next call that has as many,
+        when the queue is full, or in the flush)."""
         for start in range(0, len(values), POLL_EVERY):
             end = min(start + POLL_EVERY, len(values))
             self._produce_range(topic, values, keys, where, start, end)
@@ -376,8 +383,9 @@ class TaskTransaction:
         )
 
     def _check_every_record_reported(self) -> None:
-        """After a flush without errors: every record was delivered; its offset is recorded."""
-        by_partition = sum(reports.sent for reports in self._partition_reports.values())
+        """After a flush without errors: each partition of `send_many` has its first and last
+        report (their offsets recorded), and every record sent alone has its own."""
+        bulk = sum(reports.sent for reports in self._partition_reports.values())
         for (topic, partition), reports in self._partition_reports.items():
             offsets = reports.offsets()
             if not offsets:
@@ -387,39 +395,58 @@ class TaskTransaction:
                 )
             for offset in offsets:
                 self._deliveries.record(topic, partition, offset)
-        if self._deliveries.delivered != self._sent - by_partition:
+        if self._deliveries.delivered != self._sent - bulk:
             raise KafkaTxnSinkError(
-                f"{self._txn_id}: {self._sent - by_partition} records sent one by one, "
+                f"{self._txn_id}: {self._sent - bulk} records sent one by one, "
                 f"{self._deliveries.delivered} delivery reports"
             )
 
     def _check_acknowledged(self) -> Triple:
-        """Prove the records sent without a report delivered: a statistics sample taken after
-        the flush (which served every earlier one) counts, for each partition, the records the
-        broker acknowledged; the task sent exactly that many there, and the transaction is
-        still open in the producer's first epoch. That sample names the triple.
+        """Prove the records sent without a report delivered: a statistics sample served after
+        the flush counts, for each partition, the records the broker acknowledged; the task
+        sent exactly that many there, and the transaction is still open in the producer's
+        first epoch. That sample names the triple.
+
+        librdkafka builds a sample partition by partition and queues it when done, so the
+        first one served after the flush may have read a partition before its last
+        acknowledgement: a count short of the records sent is checked again in the next
+        sample, built wholly after the flush. A count is never ahead of the broker.
 
         Raises:
             KafkaTxnSinkError: a partition acknowledged fewer records than were sent to it (a
-                record was refused or timed out), or the transaction failed.
+                record was refused or timed out), no sample came, or the transaction failed.
         """
+        short = None
+        for _ in range(2):
+            short = self._short_partition(self._sample_after_flush())
+            if short is None:
+                return self._read_triple()
+        self.abort()
+        raise KafkaTxnSinkError(
+            f"{self._txn_id}: {short}; a record was refused (too large for the topic's "
+            f"max.message.bytes?) or timed out; nothing of this batch is published"
+        )
+
+    def _sample_after_flush(self) -> str:
+        """The next statistics sample served ("" if none came in the bounded wait)."""
         self._stats.latest, self._stats.raw = {}, ""
         deadline = time.monotonic() + max(5.0, 20 * STATS_INTERVAL_MS / 1000)
         while not self._stats.raw and time.monotonic() < deadline:
             self._client.poll(STATS_INTERVAL_MS / 1000)
-        acknowledged = acknowledged_of(self._stats.raw)
+        return self._stats.raw
+
+    def _short_partition(self, sample: str) -> str | None:
+        """What `sample` shows short of the records sent: a partition's count, or no sample."""
+        if not sample:
+            return "no statistics sample came to count the records the broker acknowledged"
+        acknowledged = acknowledged_of(sample)
         for (topic, partition), reports in self._partition_reports.items():
             sent = reports.sent + self._deliveries.delivered_to.get((topic, partition), 0)
-            acked = acknowledged.get((topic, partition))
+            acked = acknowledged.get((topic, partition), 0)
             if acked != sent:
-                self.abort()
-                raise KafkaTxnSinkError(
-                    f"{self._txn_id}: the broker acknowledged {acked} of the {sent} records "
-                    f"sent to {topic} [{partition}]: a record was refused (too large for the "
-                    f"topic's max.message.bytes?) or timed out; nothing of this batch is "
-                    f"published"
-                )
-        return self._read_triple()
+                where = f"{topic} [{partition}]"
+                return f"the broker acknowledged {acked} of the {sent} records sent to {where}"
+        return None
 
     def abort(self) -> None:
         """Abort the open transaction, best effort (never raises)."""

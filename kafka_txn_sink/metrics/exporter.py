@@ -64,7 +64,7 @@ def _counters(registry: CollectorRegistry) -> _Counters:
         rows=counter("rows", "Rows of the batches decided"),
         transactions=counter("transactions", "Transactions the decisions commit"),
         record_bytes=counter(
-            "record_bytes", "Bytes the tasks' producers sent for the decided batches' records"
+            "record_bytes", "Key and value bytes of the decided batches' records, as produced"
         ),
         files=counter("files", "Files the decided batches wrote (files mode)"),
         file_bytes=counter("file_bytes", "Bytes of those files"),

@@ -337,6 +337,9 @@ def _init_while_spark_delivers(txn: TaskTransaction, inputs: Iterator[Any]) -> I
     only the wait overlaps (in a 1 s trigger's tasks the first input came 49 ms after
     `write()` at the median, the init took 15 ms: measured, docs/performance.md).
 
+    An error of the first input waits for the init to end (at most the client timeout), so
+    that the abort never runs beside it.
+
     Raises:
         whatever the init or the first input raised (the init's error first).
     """

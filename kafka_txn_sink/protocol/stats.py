@@ -20,8 +20,7 @@ S = TypeVar("S")
 @dataclass(frozen=True)
 class TaskCost:
     """One prepared task's part: when it started, when its transaction was prepared, and the
-    bytes its producer sent for its records (librdkafka's `txmsg_bytes`: after compression,
-    framing included)."""
+    key and value bytes of the records it produced (uncompressed, without framing)."""
 
     started_at_ms: int
     prepared_at_ms: int
@@ -32,11 +31,12 @@ class TaskCost:
 class BatchStats:
     """A batch's cost, as its decision records it.
 
-    `bytes`: what the tasks' producers sent for the batch's records; `slowest_task_ms`: the
-    longest time a task took from its start to its prepared transaction; `decide_ms`: from the
-    last task's prepared transaction to the decision (Spark's hand-over, the progress
-    transaction, the check); `margin_left_ms`: the least time any participant had left before
-    the brokers' transaction timeout when the check read it (None without participants).
+    `bytes`: the key and value bytes of the batch's records, as the tasks produced them;
+    `slowest_task_ms`: the longest time a task took from its start to its prepared transaction;
+    `decide_ms`: from the last task's prepared transaction to the decision (Spark's hand-over,
+    the progress transaction, the check); `margin_left_ms`: the least time any participant had
+    left before the brokers' transaction timeout when the check read it (None without
+    participants).
     """
 
     bytes: int
