@@ -27,7 +27,6 @@ class Deliveries:
     ranges: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     error: KafkaError | None = None
     error_topic: str | None = None
-    delivered: int = 0
     delivered_to: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
@@ -38,7 +37,6 @@ class Deliveries:
             if self.error is None or (self.purged_only and err.code() not in PURGED):
                 self.error, self.error_topic = err, msg.topic()
             return
-        self.delivered += 1
         where = (msg.topic() or "", msg.partition() or 0)
         self.delivered_to[where] = self.delivered_to.get(where, 0) + 1
         self.record(*where, msg.offset() or 0)
@@ -50,6 +48,11 @@ class Deliveries:
             self.ranges[(topic, partition)] = [offset, offset]
         else:
             seen[0], seen[1] = min(seen[0], offset), max(seen[1], offset)
+
+    @property
+    def delivered(self) -> int:
+        """The records reported delivered."""
+        return sum(self.delivered_to.values())
 
     @property
     def purged_only(self) -> bool:

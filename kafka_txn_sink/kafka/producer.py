@@ -430,10 +430,17 @@ class TaskTransaction:
     def _sample_after_flush(self) -> str:
         """The next statistics sample served ("" if none came in the bounded wait)."""
         self._stats.latest, self._stats.raw = {}, ""
-        deadline = time.monotonic() + max(5.0, 20 * STATS_INTERVAL_MS / 1000)
-        while not self._stats.raw and time.monotonic() < deadline:
-            self._client.poll(STATS_INTERVAL_MS / 1000)
+        self._wait_for_sample(lambda: bool(self._stats.raw))
         return self._stats.raw
+
+    def _wait_for_sample(self, done: Callable[[], bool]) -> bool:
+        """Serve statistics samples until `done()` or the bounded wait for them ends."""
+        deadline = time.monotonic() + max(5.0, 20 * STATS_INTERVAL_MS / 1000)
+        while not done():
+            if time.monotonic() >= deadline:
+                return False
+            self._client.poll(STATS_INTERVAL_MS / 1000)
+        return True
 
     def _short_partition(self, sample: str) -> str | None:
         """What `sample` shows short of the records sent: a partition's count, or no sample."""
@@ -532,17 +539,18 @@ class TaskTransaction:
         producer takes a new epoch only in abort_transaction or init_transactions, and what
         makes it need one fails a record first, which `prepare` has already refused (from its
         report, or from its partition's acknowledged count)."""
-        deadline = time.monotonic() + max(5.0, 20 * STATS_INTERVAL_MS / 1000)
-        while True:
+
+        def open_in_first_epoch() -> bool:
             eos = self._stats.latest
-            if eos.get("txn_state") == "InTransaction" and eos.get("epoch_cnt") == 1:
-                return Triple(self._txn_id, int(eos["producer_id"]), int(eos["producer_epoch"]))
-            if time.monotonic() >= deadline:
-                raise KafkaTxnSinkError(
-                    f"{self._txn_id}: the producer never reported an open transaction with "
-                    f"one producer id (last eos statistics: {eos})"
-                )
-            self._client.poll(STATS_INTERVAL_MS / 1000)
+            return eos.get("txn_state") == "InTransaction" and eos.get("epoch_cnt") == 1
+
+        if not self._wait_for_sample(open_in_first_epoch):
+            raise KafkaTxnSinkError(
+                f"{self._txn_id}: the producer never reported an open transaction with one "
+                f"producer id (last eos statistics: {self._stats.latest})"
+            )
+        eos = self._stats.latest
+        return Triple(self._txn_id, int(eos["producer_id"]), int(eos["producer_epoch"]))
 
 
 def _size(items: Sequence[bytes | None]) -> int:

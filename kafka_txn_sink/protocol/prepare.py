@@ -20,12 +20,11 @@ A task attempt of Spark partition `p`:
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from itertools import islice
+from itertools import chain, islice
 from typing import Any
 
 import pyarrow as pa
@@ -349,7 +348,7 @@ def _init_while_spark_delivers(txn: TaskTransaction, inputs: Iterator[Any]) -> I
             first = next(inputs, _NO_INPUT)
         finally:
             initialised.result()  # waits; an init error goes before the input's
-    return inputs if first is _NO_INPUT else itertools.chain([first], inputs)
+    return inputs if first is _NO_INPUT else chain([first], inputs)
 
 
 _NO_INPUT = object()

@@ -142,6 +142,36 @@ def test_a_refused_record_among_the_unreported_fails_the_task(
     assert read_topic(kafka_bootstrap, topic) == []
 
 
+def count_one_short(monkeypatch: pytest.MonkeyPatch, times: int) -> list[int]:
+    """Lower by one the busiest partition's acknowledged count in the first `times` samples
+    read; the returned list gets, per sample read, how much it was lowered."""
+    real = producer_module.acknowledged_of
+    lowered: list[int] = []
+
+    def short(raw: str) -> dict[tuple[str, int], int]:
+        counts = real(raw)
+        lowered.append(1 if len(lowered) < times else 0)
+        where = max(counts, key=lambda k: counts[k])
+        return {**counts, where: counts[where] - lowered[-1]}
+
+    monkeypatch.setattr(producer_module, "acknowledged_of", short)
+    return lowered
+
+
+def past_the_reported_records(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, TaskTransaction, str]:
+    """A topic of 2 partitions and an open transaction holding 220 records to one of them, all
+    but each call's last past REPORTED_RECORDS (lowered to 10): (topic, transaction, its id)."""
+    monkeypatch.setattr(producer_module, "REPORTED_RECORDS", 10)
+    topic = f"prod_{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, 2, topic)
+    txn, txn_id = open_txn(bootstrap, {})
+    txn.send_many(topic, [b"v"] * 20, [b"k"] * 20)
+    txn.send_many(topic, [b"v"] * 200, [b"k"] * 200)
+    return topic, txn, txn_id
+
+
 def test_a_partition_acknowledging_fewer_records_than_sent_fails_the_task(
     kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -149,23 +179,12 @@ def test_a_partition_acknowledging_fewer_records_than_sent_fails_the_task(
     (librdkafka: a time-out before the partition had a leader, or the partition removed):
     one record fewer acknowledged than sent. The sample's count is lowered by one here, as
     those failures cannot be caused on the test bed's broker."""
-    monkeypatch.setattr(producer_module, "REPORTED_RECORDS", 10)
-    real = producer_module.acknowledged_of
-
-    def one_missing(raw: str) -> dict[tuple[str, int], int]:
-        counts = real(raw)
-        where = max(counts, key=lambda k: counts[k])
-        return {**counts, where: counts[where] - 1}
-
-    monkeypatch.setattr(producer_module, "acknowledged_of", one_missing)
-    topic = f"prod_{uuid.uuid4().hex[:8]}"
-    create_topics(kafka_bootstrap, 2, topic)
-    txn, _ = open_txn(kafka_bootstrap, {})
-    txn.send_many(topic, [b"v"] * 20, [b"k"] * 20)
-    txn.send_many(topic, [b"v"] * 200, [b"k"] * 200)
+    lowered = count_one_short(monkeypatch, times=2)
+    topic, txn, _ = past_the_reported_records(kafka_bootstrap, monkeypatch)
     with pytest.raises(KafkaTxnSinkError, match=r"acknowledged 219 of the 220 records sent to"):
         txn.prepare()
     txn.detach()
+    assert lowered == [1, 1]  # the second sample was read too
     assert read_topic(kafka_bootstrap, topic) == []
 
 
@@ -175,28 +194,12 @@ def test_a_sample_built_before_the_last_acknowledgement_is_read_again(
     """librdkafka builds a sample partition by partition, so the first one served after the
     flush can count one acknowledgement short of the truth (lowered by one here, once): the
     task looks at the next sample before it decides, and prepares."""
-    monkeypatch.setattr(producer_module, "REPORTED_RECORDS", 10)
-    real = producer_module.acknowledged_of
-    samples: list[str] = []
-
-    def stale_first(raw: str) -> dict[tuple[str, int], int]:
-        samples.append(raw)
-        counts = real(raw)
-        if len(samples) > 1:
-            return counts
-        where = max(counts, key=lambda k: counts[k])
-        return {**counts, where: counts[where] - 1}
-
-    monkeypatch.setattr(producer_module, "acknowledged_of", stale_first)
-    topic = f"prod_{uuid.uuid4().hex[:8]}"
-    create_topics(kafka_bootstrap, 2, topic)
-    txn, txn_id = open_txn(kafka_bootstrap, {})
-    txn.send_many(topic, [b"v"] * 20, [b"k"] * 20)
-    txn.send_many(topic, [b"v"] * 200, [b"k"] * 200)
+    lowered = count_one_short(monkeypatch, times=1)
+    _, txn, txn_id = past_the_reported_records(kafka_bootstrap, monkeypatch)
     prepared = txn.prepare()
     txn.detach()
 
-    assert prepared is not None and prepared.rows == 220 and len(samples) == 2
+    assert prepared is not None and prepared.rows == 220 and lowered == [1, 0]
     with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
         assert txn_admin.describe([txn_id])[txn_id].triple == prepared.triple
         txn_admin.end_transactions([prepared.triple], commit=False, deadline_s=30)
