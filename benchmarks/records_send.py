@@ -15,6 +15,8 @@ is aborted (nothing is ever committed):
 - `send_many, every record reported`: the same with a delivery report on every record, as
   before 2026-11-28 (since then only a task's first `REPORTED_RECORDS` are, and the others are
   proven by their partitions' acknowledged counts);
+- `send_many, pure Python`: the same with the records past the reported ones produced through
+  confluent-kafka's produce() instead of the C loop (kafka/quiet.py), as before 2026-12-01;
 - `send_many + digest`: the same through the digest of the records that records mode keeps for
   a repair (records/digest.py): what the digest costs a row;
 - `produce, no reports` and `produce_batch, no reports`: the floors, with no offsets and no
@@ -46,6 +48,7 @@ from kafka_txn_sink.kafka.producer import (
     TaskTransaction,
     producer_config,
 )
+from kafka_txn_sink.kafka.quiet import quiet_produce
 from kafka_txn_sink.records.digest import DigestingTransaction
 from kafka_txn_sink.testing.kafka_broker import create_topic
 
@@ -104,13 +107,20 @@ def timed(send: Callable[[], None], flush: Callable[[], None], rows: int) -> tup
 
 
 def run_send_many(
-    bootstrap: str, topic: str, rows: Rows, digest: bool = False, reported: bool = False
+    bootstrap: str,
+    topic: str,
+    rows: Rows,
+    digest: bool = False,
+    reported: bool = False,
+    pure_python: bool = False,
 ) -> tuple[float, float]:
     """One transaction through `TaskTransaction`: send_many, then prepare (flush, offsets);
     with `digest`, through the records' digest as records mode sends (records/digest.py); with
     `reported`, every record with a delivery report (as before 2026-11-28: no record is proven
-    by its partition's acknowledged count)."""
+    by its partition's acknowledged count); with `pure_python`, the records without reports
+    through produce() instead of the C loop (kafka/quiet.py)."""
     producer_module.REPORTED_RECORDS = sys.maxsize if reported else REPORTED_RECORDS
+    producer_module.quiet_produce = (lambda _: None) if pure_python else quiet_produce
     txn = TaskTransaction(producer_config(bootstrap, {}, _txn_id(), 120_000), TIMEOUT_S)
     txn.init()
     prepared: list[Prepared | None] = []
@@ -166,6 +176,7 @@ PATHS: dict[str, Callable[[str, str, Rows], tuple[float, float]]] = {
     "send_many": run_send_many,
     "send_many + digest": lambda b, t, r: run_send_many(b, t, r, digest=True),
     "send_many, every record reported": lambda b, t, r: run_send_many(b, t, r, reported=True),
+    "send_many, pure Python": lambda b, t, r: run_send_many(b, t, r, pure_python=True),
     "produce, no reports": lambda b, t, r: run_raw(b, t, r, per_record_callback, False),
     "produce_batch, no reports": lambda b, t, r: run_raw(b, t, r, produce_batch, False),
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import random
 import time
 from collections import deque
@@ -33,6 +34,7 @@ from kafka_txn_sink.kafka.deliveries import (
 from kafka_txn_sink.kafka.partitioner import by_partition, key_partitions
 from kafka_txn_sink.kafka.permissions import refused, topic_permission
 from kafka_txn_sink.kafka.produce_errors import kafka_failure, produce_failure
+from kafka_txn_sink.kafka.quiet import quiet_produce
 from kafka_txn_sink.kafka.security import librdkafka_config
 from kafka_txn_sink.protocol.messages import OffsetRanges, Triple
 
@@ -47,9 +49,11 @@ POLL_EVERY = 1000
 # A task's first this many records each get a delivery report. After them, `send_many` reports
 # only each call's last record of a partition (and the partition's first, which came before)
 # and proves the others delivered by the partition's acknowledged count in a sample after the flush
-# (deliveries.acknowledged_of): that sample costs a wait of up to STATS_INTERVAL_MS, which the
-# reports left out (about 0.3 us a record, measured) repay in a task this long.
-REPORTED_RECORDS = 40_000
+# (deliveries.acknowledged_of): that sample costs a wait of up to STATS_INTERVAL_MS (12.5 ms on
+# average), which the records sent without a report repay in a task this long: each costs about
+# 1 us of CPU less (its report, and produce() from C where kafka/quiet.py can: measured with
+# benchmarks/records_send.py). The environment variable sets it for a test (the crash suite: 10).
+REPORTED_RECORDS = int(os.environ.get("KAFKA_TXN_SINK_REPORTED_RECORDS") or 15_000)
 # The partitioner `send_many` computes itself (kafka/partitioner.py); with any other, it sends
 # record by record and lets librdkafka partition.
 KEY_HASH_PARTITIONER = "murmur2_random"
@@ -118,6 +122,7 @@ class TaskTransaction:
                 "stats_cb": self._stats.on_stats,
             }
         )
+        self._quiet = quiet_produce(self._producer)  # None: records without reports in Python
         self._sent = 0
         self._bytes = 0
         self._partition_reports: dict[tuple[str, int], PartitionReports] = {}
@@ -282,7 +287,10 @@ class TaskTransaction:
         when the queue is full, or in the flush)."""
         for start in range(0, len(values), POLL_EVERY):
             end = min(start + POLL_EVERY, len(values))
-            self._produce_range(topic, values, keys, where, start, end)
+            if self._quiet is not None and len(where) == 1:
+                self._produce_quietly(topic, values, keys, where[0], start, end)
+            else:
+                self._produce_range(topic, values, keys, where, start, end)
             if end - start == POLL_EVERY:
                 self._serve_deliveries()
 
@@ -320,6 +328,26 @@ class TaskTransaction:
                     raise self._produce_error(topic, value, key, again) from again
                 self._sent += 1
                 start = failed + 1
+
+    def _produce_quietly(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        partition: int,
+        start: int,
+        end: int,
+    ) -> None:
+        """Records `start` to `end` with no report, through the extension (kafka/quiet.py). A
+        record it does not take (refused by librdkafka, a full queue, not bytes) goes through
+        produce(), which waits for room or raises the error that names it."""
+        assert self._quiet is not None
+        while start < end:
+            stopped, _ = self._quiet(topic, partition, values, keys, start, end)
+            self._sent += stopped - start
+            if stopped < end:
+                self._produce_range(topic, values, keys, (partition,), stopped, stopped + 1)
+            start = stopped + 1
 
     def _produce_error(
         self, topic: str, value: bytes | None, key: bytes | None, exc: Exception

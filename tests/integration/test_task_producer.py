@@ -8,10 +8,13 @@ import time
 import uuid
 
 import pytest
+from confluent_kafka import Producer
 
 from kafka_txn_sink.errors import InputError, KafkaTxnSinkError
 from kafka_txn_sink.kafka import producer as producer_module
 from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.quiet import quiet_produce
+from kafka_txn_sink.kafka.security import librdkafka_config
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import create_small_topic, create_topics
@@ -205,9 +208,33 @@ def test_a_sample_built_before_the_last_acknowledgement_is_read_again(
         txn_admin.end_transactions([prepared.triple], commit=False, deadline_s=30)
 
 
-def test_a_full_queue_loses_and_repeats_no_record(kafka_bootstrap: str) -> None:
+# Records reported each (the task's first REPORTED_RECORDS), or past them: from C (kafka/quiet.py)
+# where the extension is built, else through produce() with no report (pure Python).
+PATHS = ["reported", "quiet", "quiet-pure-python"]
+
+
+def take_path(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Send the records of the test's transactions (opened after this) down `path`."""
+    if path != "reported":
+        monkeypatch.setattr(producer_module, "REPORTED_RECORDS", 10)
+    if path == "quiet-pure-python":
+        monkeypatch.setattr(producer_module, "quiet_produce", lambda producer: None)
+
+
+def test_the_extension_takes_the_records_without_reports(kafka_bootstrap: str) -> None:
+    """The C loop is built into this installation and bound to confluent-kafka's librdkafka:
+    records past the reported ones do not fall back to produce() one by one."""
+    config = producer_config(kafka_bootstrap, {}, f"prodtest_{uuid.uuid4().hex[:8]}-0", 60_000)
+    assert quiet_produce(Producer(librdkafka_config(config))) is not None
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_full_queue_loses_and_repeats_no_record(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
     """With a producer queue of 50 records, produce() refuses over and over while send_many
     hands it thousands: each refused record is sent again once, in its place."""
+    take_path(path, monkeypatch)
     topic = f"prod_{uuid.uuid4().hex[:8]}"
     create_topics(kafka_bootstrap, 2, topic)
     tiny = {"queue.buffering.max.messages": "50"}
@@ -223,9 +250,13 @@ def test_a_full_queue_loses_and_repeats_no_record(kafka_bootstrap: str) -> None:
     assert [record.value for record in read_topic(kafka_bootstrap, topic)] == ids
 
 
-def test_a_record_refused_by_produce_is_the_one_named(kafka_bootstrap: str) -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_a_record_refused_by_produce_is_the_one_named(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
     """A record above the producer's message.max.bytes is refused by produce() itself, in the
     middle of a call: the error gives that record's size, and the task publishes nothing."""
+    take_path(path, monkeypatch)
     topic = f"prod_{uuid.uuid4().hex[:8]}"
     create_topics(kafka_bootstrap, 1, topic)
     small = {"message.max.bytes": "2000"}
