@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The wheel a user installs, checked from outside the checkout:
-#  1. build it (pip wheel --no-deps) from a copy of the tracked and new files (no stale build/);
+#  1. build it (pip wheel --no-deps) from a copy of the tracked and new files (no stale build/),
+#     C extension included (CPython's stable ABI), and tag it manylinux;
 #  2. "user": a clean venv with the wheel and its extras `spark` and `testing`, PySpark pinned to
 #     SPARK_VERSION of versions.env, pytest, pytest-xdist (step 4's writes run two at a time)
 #     and chispa. There: `kafka-txn-sink --help` and every subcommand's, then the tests of
@@ -96,6 +97,14 @@ import kafka_txn_sink
 where = Path(kafka_txn_sink.__file__).resolve()
 assert Path(sys.argv[1]).resolve() not in where.parents, f"imported from the checkout: {where}"
 print(f"   kafka_txn_sink {kafka_txn_sink.__version__} from {where.parent}")
+
+from confluent_kafka import Producer
+
+from kafka_txn_sink.kafka.quiet import quiet_produce
+
+# The wheel's C loop (kafka/_quiet.c) is built and binds to confluent-kafka's librdkafka.
+assert quiet_produce(Producer({"bootstrap.servers": "127.0.0.1:9"})) is not None, "no C loop"
+print("   the C loop for records without reports: built and bound")
 EOF
     "$venv/bin/python" -m pytest -q -p no:cacheprovider testkit databricks
   )
@@ -201,8 +210,27 @@ export -f copy_sources list_commands check_help run_examples check_platform_pysp
 export -f print_size install_combination make_combinations run_combinations
 export work root python
 step 300 "copy the sources" copy_sources
-step 600 "build the wheel" "$python" -m pip wheel -q --no-deps --wheel-dir "$work/dist" "$work/src"
-wheel="$(ls "$work"/dist/kafka_txn_sink-*.whl)"
+step 600 "build the wheel" "$python" -m pip wheel -q --no-deps --wheel-dir "$work/built" "$work/src"
+# The C extension needs no shared library but glibc's (it calls CPython's stable ABI, resolved in
+# the interpreter, and librdkafka by addresses it is given): checked, then the wheel is tagged
+# manylinux2014.
+manylinux() {
+  local built so
+  built="$(ls "$work"/built/kafka_txn_sink-*-abi3-linux_x86_64.whl)"
+  mkdir -p "$work/so" "$work/dist"
+  (cd "$work/so" && "$python" -m zipfile -e "$built" .)
+  so="$(ls "$work"/so/kafka_txn_sink/kafka/_quiet*.so)"
+  if readelf -d "$so" | grep NEEDED | grep -v -F '[libc.so.6]'; then
+    echo "check_wheel: $so needs a shared library beyond glibc (above)" >&2
+    return 1
+  fi
+  cp "$built" "$work/dist/"
+  "$root/.venv/bin/python" -m wheel tags --remove \
+    --platform-tag manylinux_2_17_x86_64.manylinux2014_x86_64 "$work"/dist/*.whl
+}
+export -f manylinux
+step 300 "the C extension needs no library; tag the wheel manylinux" manylinux
+wheel="$(ls "$work"/dist/kafka_txn_sink-*manylinux*.whl)"
 export wheel
 echo "   $wheel"
 

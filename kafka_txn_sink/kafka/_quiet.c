@@ -11,6 +11,7 @@
  * it; the task proves it delivered by its partition's acknowledged count (kafka/deliveries.py).
  */
 #define PY_SSIZE_T_CLEAN
+#define Py_LIMITED_API 0x030A0000 /* the stable ABI: one wheel for CPython 3.10 and later */
 #include <Python.h>
 #include <stdint.h>
 
@@ -35,24 +36,13 @@ typedef struct {
 } Handle;
 
 /* A record's key or value: NULL for None; a bytes object's own buffer; else not taken. */
-static int bytes_of(PyObject *item, const char **data, Py_ssize_t *size) {
+static int bytes_of(PyObject *item, char **data, Py_ssize_t *size) {
     if (item == Py_None) {
         *data = NULL;
         *size = 0;
         return 1;
     }
-    if (!PyBytes_Check(item))
-        return 0;
-    *data = PyBytes_AS_STRING(item);
-    *size = PyBytes_GET_SIZE(item);
-    return 1;
-}
-
-/* bind(Producer, produce, last_error, topic_new, topic_destroy): confluent-kafka's Producer
- * type and the addresses of librdkafka's rd_kafka_produce, rd_kafka_last_error,
- * rd_kafka_topic_new and rd_kafka_topic_destroy. */
-static int is_list_or_tuple(PyObject *sequence) {
-    return PyList_Check(sequence) || PyTuple_Check(sequence);
+    return PyBytes_Check(item) && PyBytes_AsStringAndSize(item, data, size) == 0;
 }
 
 static PyObject *bind(PyObject *self, PyObject *args) {
@@ -96,10 +86,32 @@ static PyObject *handle(PyObject *self, PyObject *producer) {
     return rk ? PyLong_FromVoidPtr(rk) : NULL;
 }
 
+/* Produce one record of the sequences, or say why not: 0 produced; -1 not bytes or None; else
+ * librdkafka's error code. */
+static int produce_one(void *rkt, int partition, PyObject *values, PyObject *keys,
+                       Py_ssize_t index) {
+    PyObject *value = PySequence_GetItem(values, index);
+    PyObject *key = keys == Py_None ? NULL : PySequence_GetItem(keys, index);
+    char *value_data = NULL, *key_data = NULL;
+    Py_ssize_t value_size = 0, key_size = 0;
+    int taken = value && bytes_of(value, &value_data, &value_size) &&
+                (keys == Py_None || (key && bytes_of(key, &key_data, &key_size)));
+    int error = -1;
+    if (taken)  /* librdkafka copies both before it returns: the items may go after */
+        error = produce_record(rkt, partition, MSG_F_COPY, value_data, (size_t)value_size,
+                               key_data, (size_t)key_size, NULL) == -1
+                    ? last_error()
+                    : 0;
+    Py_XDECREF(value);
+    Py_XDECREF(key);
+    PyErr_Clear(); /* a failed GetItem or AsStringAndSize is "not taken", not an exception */
+    return error;
+}
+
 /* produce(producer, topic, partition, values, keys, start, end) -> (index, error):
- * records start..end-1 of the lists, in order. It stops at the first record librdkafka refuses
- * (error: librdkafka's code) or that is not bytes or None (error 0): index is that record's,
- * and the caller produces it its own way; (end, 0) when all went in. */
+ * records start..end-1 of the sequences, in order. It stops at the first record librdkafka
+ * refuses (error: librdkafka's code) or that is not bytes or None (error 0): index is that
+ * record's, and the caller produces it its own way; (end, 0) when all went in. */
 static PyObject *produce(PyObject *self, PyObject *args) {
     PyObject *producer, *values, *keys;
     const char *topic;
@@ -111,13 +123,13 @@ static PyObject *produce(PyObject *self, PyObject *args) {
     void *rk = rk_of(producer);
     if (!rk)
         return NULL;
-    if (!is_list_or_tuple(values) || (keys != Py_None && !is_list_or_tuple(keys))) {
-        PyErr_SetString(PyExc_TypeError, "produce: values and keys must be lists or tuples");
+    if (!PySequence_Check(values) || (keys != Py_None && !PySequence_Check(keys))) {
+        PyErr_SetString(PyExc_TypeError, "produce: values and keys must be sequences");
         return NULL;
     }
-    if (start < 0 || end > PySequence_Fast_GET_SIZE(values) ||
-        (keys != Py_None && end > PySequence_Fast_GET_SIZE(keys))) {
-        PyErr_SetString(PyExc_IndexError, "produce: start or end outside the lists");
+    if (start < 0 || end > PySequence_Size(values) ||
+        (keys != Py_None && end > PySequence_Size(keys))) {
+        PyErr_SetString(PyExc_IndexError, "produce: start or end outside the sequences");
         return NULL;
     }
     void *rkt = topic_new(rk, topic, NULL);
@@ -127,24 +139,12 @@ static PyObject *produce(PyObject *self, PyObject *args) {
     }
     int error = 0;
     for (index = start; index < end; index++) {
-        const char *value, *key;
-        Py_ssize_t value_size, key_size;
-        if (!bytes_of(PySequence_Fast_GET_ITEM(values, index), &value, &value_size))
+        error = produce_one(rkt, partition, values, keys, index);
+        if (error)
             break;
-        if (keys == Py_None) {
-            key = NULL;
-            key_size = 0;
-        } else if (!bytes_of(PySequence_Fast_GET_ITEM(keys, index), &key, &key_size)) {
-            break;
-        }
-        if (produce_record(rkt, partition, MSG_F_COPY, (void *)value, (size_t)value_size, key,
-                           (size_t)key_size, NULL) == -1) {
-            error = last_error();
-            break;
-        }
     }
     topic_destroy(rkt);
-    return Py_BuildValue("(ni)", index, error);
+    return Py_BuildValue("(ni)", index, error < 0 ? 0 : error);
 }
 
 static PyMethodDef methods[] = {
