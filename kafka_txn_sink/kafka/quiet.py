@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from functools import cache, partial
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Producer, libversion
 
 try:
     from kafka_txn_sink.kafka import _quiet  # type: ignore[attr-defined]
@@ -70,6 +70,10 @@ def _librdkafka() -> Any:
     if path is None:
         return None
     library = ctypes.CDLL(path)  # the copy already in the process: dlopen returns it
+    library.rd_kafka_version.restype = ctypes.c_int
+    if library.rd_kafka_version() != libversion()[1]:
+        log.warning("kafka_txn_sink: %s is not confluent-kafka's librdkafka; produce() used", path)
+        return None
     library.rd_kafka_type.argtypes = [ctypes.c_void_p]
     library.rd_kafka_type.restype = ctypes.c_int
     address = [ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in _FUNCTIONS]
@@ -78,13 +82,19 @@ def _librdkafka() -> Any:
 
 
 def loaded_librdkafka() -> str | None:
-    """The path of the librdkafka this process loaded for confluent-kafka (Linux; else None)."""
+    """The path of the librdkafka this process loaded for confluent-kafka; None when there is
+    none or more than one (which would be confluent-kafka's is not known), or no
+    /proc/self/maps (not Linux)."""
     try:
         with open("/proc/self/maps", encoding="utf-8") as maps:
-            for line in maps:
-                path = line.split(maxsplit=5)[-1].strip() if line.count(" ") >= 5 else ""
-                if os.path.basename(path).startswith("librdkafka"):
-                    return path
+            paths = {_mapped_path(line) for line in maps}
     except OSError:
         return None
-    return None
+    found = [path for path in paths if os.path.basename(path).startswith("librdkafka")]
+    return found[0] if len(found) == 1 else None
+
+
+def _mapped_path(line: str) -> str:
+    """The file of one line of /proc/self/maps ("" for an anonymous mapping)."""
+    fields = line.split(maxsplit=5)
+    return fields[5].strip() if len(fields) == 6 else ""

@@ -3,8 +3,11 @@ with no broker: what it takes, where it stops, and what it refuses to touch."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -103,5 +106,30 @@ def test_the_pure_python_switch_turns_it_off(
         assert quiet_produce(producer) is None
     finally:
         monkeypatch.delenv(quiet.PURE_PYTHON)
+        quiet._librdkafka.cache_clear()
+    assert quiet_produce(producer) is not None
+
+
+def test_two_copies_of_librdkafka_leave_it_unused(
+    producer: Counted, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Which copy confluent-kafka links is then not known: produce() is used, never a guess."""
+    real = builtins.open
+
+    def maps_with_another(path: str, *args: Any, **kwargs: Any) -> Any:
+        if path != "/proc/self/maps":
+            return real(path, *args, **kwargs)
+        other = tmp_path / "maps"
+        lines = real(path, *args, **kwargs).read()
+        other.write_text(lines + "7f00-7f01 r-xp 00000000 08:01 1 /opt/other/librdkafka.so.1\n")
+        return real(other, *args, **kwargs)
+
+    monkeypatch.setattr(quiet, "open", maps_with_another, raising=False)
+    quiet._librdkafka.cache_clear()
+    try:
+        assert loaded_librdkafka() is None
+        assert quiet_produce(producer) is None
+    finally:
+        monkeypatch.undo()
         quiet._librdkafka.cache_clear()
     assert quiet_produce(producer) is not None
