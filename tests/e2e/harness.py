@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
+from kafka_txn_sink.kafka.producer import Prepared
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin, TxnState
 from kafka_txn_sink.protocol.txn_ids import owns
 from kafka_txn_sink.testing.topics import IdReport, compare_ids, read_topic
@@ -26,6 +27,20 @@ from kafka_txn_sink.testing.topics import IdReport, compare_ids, read_topic
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = ROOT / "examples" / "pipeline.py"
 QUERY_TIMEOUT_S = 240
+
+
+def commit_prepared(bootstrap: str, *prepared: Prepared) -> None:
+    """Commit prepared transactions and wait until the coordinator has written every marker:
+    before that, a read_committed reader may stop short of the records (EndTxn answers once
+    the commit is decided, the markers follow)."""
+    ids = [p.triple.transactional_id for p in prepared]
+    with TxnAdmin(bootstrap, {}) as txn_admin:
+        results = txn_admin.end_transactions([p.triple for p in prepared], True, deadline_s=30)
+        assert all(result.ok for result in results), results
+        deadline = time.monotonic() + 30
+        while {s.state for s in txn_admin.describe(ids).values()} != {"CompleteCommit"}:
+            assert time.monotonic() < deadline, txn_admin.describe(ids)
+            time.sleep(0.05)
 
 
 class LoggedQuery(subprocess.Popen[str]):

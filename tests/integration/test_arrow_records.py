@@ -5,7 +5,6 @@ refused record anywhere in a batch fails the task."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,22 +18,9 @@ from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.records.arrow import record_columns, send_batch
 from kafka_txn_sink.records.columns import Routing, plan_columns
 from kafka_txn_sink.testing.topics import read_topic
-from tests.e2e.harness import create_small_topic, create_topics
+from tests.e2e.harness import commit_prepared, create_small_topic, create_topics
 
 pytestmark = pytest.mark.kafka
-
-
-def commit(bootstrap: str, *prepared: Prepared) -> None:
-    """Commit prepared transactions and wait until the coordinator has written every marker:
-    before that, a read_committed reader may stop short of the records."""
-    ids = [p.triple.transactional_id for p in prepared]
-    with TxnAdmin(bootstrap, {}) as txn_admin:
-        results = txn_admin.end_transactions([p.triple for p in prepared], True, deadline_s=30)
-        assert all(result.ok for result in results), results
-        deadline = time.monotonic() + 30
-        while {s.state for s in txn_admin.describe(ids).values()} != {"CompleteCommit"}:
-            assert time.monotonic() < deadline, txn_admin.describe(ids)
-            time.sleep(0.05)
 
 
 def test_arrow_batches_are_produced_in_one_prepared_transaction(kafka_bootstrap: str) -> None:
@@ -70,7 +56,7 @@ def test_arrow_batches_are_produced_in_one_prepared_transaction(kafka_bootstrap:
     with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
         state = txn_admin.describe([txn_id])[txn_id]
         assert (state.state, state.triple) == (ONGOING, prepared.triple)
-    commit(kafka_bootstrap, prepared)
+    commit_prepared(kafka_bootstrap, prepared)
     seen = read_topic(kafka_bootstrap, topic, "read_committed")
     assert sorted((s.key, s.value) for s in seen) == sorted(
         (f"k{i}".encode(), f"v{i}".encode()) for i in range(rows)
@@ -107,7 +93,7 @@ def test_recorded_offsets_are_what_a_read_committed_consumer_sees(kafka_bootstra
                 ["a", "b"],
             )
         )
-    commit(kafka_bootstrap, *prepared)
+    commit_prepared(kafka_bootstrap, *prepared)
     seen = read_topic(kafka_bootstrap, topic, "read_committed")
 
     assert len(seen) == 2 * len(keys)
@@ -133,7 +119,7 @@ def test_keyed_records_go_where_librdkafka_puts_them(kafka_bootstrap: str) -> No
     prepared = txn.prepare()
     txn.detach()
     assert prepared is not None
-    commit(kafka_bootstrap, prepared)
+    commit_prepared(kafka_bootstrap, prepared)
 
     partition_of = {s.value: s.partition for s in read_topic(kafka_bootstrap, topic)}
 

@@ -17,7 +17,7 @@ from kafka_txn_sink.kafka.quiet import quiet_produce
 from kafka_txn_sink.kafka.security import librdkafka_config
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.testing.topics import read_topic
-from tests.e2e.harness import create_small_topic, create_topics
+from tests.e2e.harness import commit_prepared, create_small_topic, create_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -117,7 +117,7 @@ def test_records_past_the_reported_ones_are_proven_by_the_acknowledged_counts(
     assert sum(last - first + 1 for first, last in ranges.values()) == 2_000
     with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
         assert txn_admin.describe([txn_id])[txn_id].triple == prepared.triple
-        txn_admin.end_transactions([prepared.triple], commit=True, deadline_s=30)
+    commit_prepared(kafka_bootstrap, prepared)
     seen = [record.value or b"" for record in read_topic(kafka_bootstrap, topic)]
     assert sorted(seen) == sorted(ids)
 
@@ -245,8 +245,7 @@ def test_a_full_queue_loses_and_repeats_no_record(
     txn.detach()
 
     assert prepared is not None and prepared.rows == 5_000
-    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
-        txn_admin.end_transactions([prepared.triple], commit=True, deadline_s=30)
+    commit_prepared(kafka_bootstrap, prepared)
     assert [record.value for record in read_topic(kafka_bootstrap, topic)] == ids
 
 

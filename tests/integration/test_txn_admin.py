@@ -30,7 +30,7 @@ from kafka_txn_sink.kafka.txn_admin import NOT_FOUND, ONGOING, TxnAdmin
 from kafka_txn_sink.protocol.messages import Triple
 from kafka_txn_sink.testing import KafkaBroker
 from kafka_txn_sink.testing.topics import read_topic
-from tests.e2e.harness import create_topics
+from tests.e2e.harness import commit_prepared, create_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -321,8 +321,7 @@ def test_later_attempt_fences_the_earlier_one(kafka_bootstrap: str, topic: str) 
         early.prepare()
     prepared = late.prepare()
     assert prepared is not None
-    with TxnAdmin(kafka_bootstrap, {}) as txn_admin:
-        txn_admin.end_transactions([prepared.triple], commit=True, deadline_s=30)
+    commit_prepared(kafka_bootstrap, prepared)
 
     values = [r.value for r in read_topic(kafka_bootstrap, topic)]
     assert values == [b"late"]
