@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from operator import length_hint
 from typing import Any, cast
 
@@ -34,7 +34,7 @@ from kafka_txn_sink.kafka.deliveries import (
 from kafka_txn_sink.kafka.partitioner import by_partition, key_partitions
 from kafka_txn_sink.kafka.permissions import refused, topic_permission
 from kafka_txn_sink.kafka.produce_errors import kafka_failure, produce_failure
-from kafka_txn_sink.kafka.quiet import quiet_produce
+from kafka_txn_sink.kafka.quiet import QuietProduce, quiet_produce
 from kafka_txn_sink.kafka.security import librdkafka_config
 from kafka_txn_sink.protocol.messages import OffsetRanges, Triple
 
@@ -122,7 +122,6 @@ class TaskTransaction:
                 "stats_cb": self._stats.on_stats,
             }
         )
-        self._quiet = quiet_produce(self._producer)  # None: records without reports in Python
         self._sent = 0
         self._bytes = 0
         self._partition_reports: dict[tuple[str, int], PartitionReports] = {}
@@ -328,6 +327,12 @@ class TaskTransaction:
                     raise self._produce_error(topic, value, key, again) from again
                 self._sent += 1
                 start = failed + 1
+
+    @cached_property
+    def _quiet(self) -> QuietProduce | None:
+        """The C loop bound to this producer (None: records without reports go through
+        produce()); bound at the first such record, so a short task never looks for it."""
+        return quiet_produce(self._client)
 
     def _produce_quietly(
         self,

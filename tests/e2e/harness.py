@@ -13,16 +13,19 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
-from kafka_txn_sink.kafka.producer import Prepared
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin, TxnState
 from kafka_txn_sink.protocol.txn_ids import owns
 from kafka_txn_sink.testing.topics import IdReport, compare_ids, read_topic
+
+if TYPE_CHECKING:
+    from kafka_txn_sink.kafka.producer import Prepared
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = ROOT / "examples" / "pipeline.py"
