@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType, TimestampType
 
-from kafka_txn_sink.commit_worker import building_for_commit
+from kafka_txn_sink.commit_worker import CommitWorkerWriter, building_for_commit
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.group_options import CONSUMER_GROUP
 from kafka_txn_sink.group_options import SPARK_CHECKPOINT as CHECKPOINT
@@ -72,7 +72,7 @@ class KafkaTxnDataSource(DataSource):
                 f"batches are identified by its checkpoint: remove it"
             )
         if building_for_commit():
-            return stream_writer_class()(_commit_plan(options))
+            return CommitWorkerWriter(options)
         _refuse_a_repeating_zone(options, schema)
         plan = _plan(options, schema, start_batch)
         checkpoint = next((v for k, v in self.options.items() if k.lower() == CHECKPOINT), "")
@@ -184,12 +184,6 @@ def _plan(
         repair_encodings=pinned(options.serde, schema, repair_schemas, encodings),
         dead_letter_limits=dead_letter_limits(started.options),
     )
-
-
-def _commit_plan(options: SinkOptions) -> TaskPlan:
-    """The plan of the writer Spark builds again to run a batch's commit() or abort(), which
-    use only its options and run: no registry, no consumer-group check (commit_worker.py)."""
-    return _started_plan(start_batch(options, for_commit=True))
 
 
 def _started_plan(started: BatchStart) -> TaskPlan:

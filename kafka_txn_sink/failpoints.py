@@ -52,7 +52,12 @@ REPUBLISH_POINTS = ("driver.republish_prepared", "driver.republish_recorded")
 PROGRESS_POINTS = ("driver.before_progress_endtxn",)
 # Reached only with the group on another cluster: the rows are visible, the group not moved yet.
 ACROSS_POINTS = ("driver.before_group_commit",)
-ALL_POINTS = TASK_POINTS + DRIVER_POINTS + REPUBLISH_POINTS + PROGRESS_POINTS + ACROSS_POINTS
+# Reached at each start of a streaming batch on the driver (protocol/start.py): the planner's,
+# and the commit worker's only when the tasks' messages do not carry the planner's run.
+START_POINTS = ("driver.start",)
+ALL_POINTS = (
+    TASK_POINTS + DRIVER_POINTS + REPUBLISH_POINTS + PROGRESS_POINTS + ACROSS_POINTS + START_POINTS
+)
 
 
 class FailpointError(RuntimeError):

@@ -156,7 +156,15 @@ def _prepare(
 ) -> TaskCommit:
     """prepare_task's steps, for one identified task attempt."""
     _check_query_id(plan, task.query_id)
-    skipped = TaskCommit(task.query_id, task.batch_id, task.partition, task.attempt, "skipped")
+    skipped = TaskCommit(
+        task.query_id,
+        task.batch_id,
+        task.partition,
+        task.attempt,
+        "skipped",
+        run=plan.run,
+        transaction_timeout_ms=plan.options.transaction_timeout_ms,
+    )
     level = 0
     if decided(plan, task.batch_id):
         level = repair_level(plan, task.batch_id)

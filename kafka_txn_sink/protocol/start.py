@@ -32,6 +32,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
+from kafka_txn_sink import failpoints
 from kafka_txn_sink.commit_log import CommitLog
 from kafka_txn_sink.dead_letter_options import DEAD_LETTER_TOPIC
 from kafka_txn_sink.errors import ConfigError, PermissionDeniedError, TransactionLostError
@@ -92,6 +93,7 @@ def start_batch(options: SinkOptions, for_commit: bool = False) -> BatchStart:
         KafkaUnavailableError: the brokers cannot be reached.
         TransactionCompletionError: rolling forward could not settle a participant yet.
     """
+    failpoints.fire("driver.start")
     options = _fit_to_cluster(options)
     with driver_session(options) as session:
         if not for_commit:

@@ -19,6 +19,7 @@ from kafka_txn_sink.protocol.messages import (
     TaskStatus,
     Triple,
 )
+from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.stats import TaskCost
 
 
@@ -42,6 +43,10 @@ class TaskCommit(WriterCommitMessage):
     started_at_ms: int = 0  # when the attempt began (protocol/stats.py)
     bytes: int = 0  # what its producer sent for its records (protocol/stats.py)
     dead_lettered: int = 0  # of its rows, those it wrote to the dead-letter topic
+    # What the planner's start found, for the commit worker's writer (commit_worker.py): the
+    # driver's run and the transaction timeout fitted to the brokers. None from an older task.
+    run: RunRef | None = None
+    transaction_timeout_ms: int | None = None
 
     @property
     def prepared_triple(self) -> Triple:

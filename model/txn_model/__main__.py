@@ -51,6 +51,12 @@ def parse(argv: list[str]) -> Config:
         help="keyed with the changes README.md proposes (superseded runs stop for good)",
     )
     parser.add_argument(
+        "--commit-without-start",
+        action="store_true",
+        help="keyed: the commit worker's streamWriter() does no start; commit() takes the "
+        "planner's run from the messages (issue 43 item 3)",
+    )
+    parser.add_argument(
         "--late-writes",
         type=int,
         default=0,
@@ -159,6 +165,7 @@ def parse(argv: list[str]) -> Config:
         regroup=args.regroup,
         offsets=args.offsets,
         abort_leaves_progress=args.abort_leaves_progress,
+        commit_without_start=args.commit_without_start,
         max_states=args.max_states,
     )
 

@@ -122,6 +122,11 @@ class Config:
     tasks' transactions and returns, leaving the progress transaction open until the
     coordinator's timeout. The sound design runs the clean-up there, which aborts this run's
     open transactions that no incomplete decision holds (the progress one among them)."""
+    commit_without_start: bool = False
+    """The commit worker's `streamWriter()` does no start of its own (issue 43 item 3): no roll
+    forward, no check that its run is current; `commit()` takes the planner's run from the
+    tasks' messages and goes straight to its own checks (the newer-run check before the
+    decision among them). abort()'s writer still starts as before."""
     progress: bool = False
     """Also require, in a final state, that some run finished the query unless a driver crashed
     or the coordinator timed out a transaction: overlapping drivers alone must not stop it."""
@@ -163,6 +168,8 @@ class Config:
             parts.append(f"offsets={self.offsets}")
         if self.abort_leaves_progress:
             parts.append("abort_leaves_progress")
+        if self.commit_without_start:
+            parts.append("commit_without_start")
         if self.progress:
             parts.append("progress")
         return " ".join(parts)

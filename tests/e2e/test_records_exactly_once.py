@@ -57,6 +57,23 @@ def test_several_batches_over_several_partitions(pipeline: Pipeline) -> None:
         assert record.partition == (murmur2(record.key) & 0x7FFFFFFF) % 3, record.key
 
 
+def test_each_batch_starts_once_on_the_driver(pipeline: Pipeline) -> None:
+    """The commit worker's writer takes the planner's run from the tasks' messages
+    (commit_worker.py): a batch runs the driver's start (owner, decisions, completions, the
+    brokers' settings) in the planner only, not again before its commit."""
+    ids = produce_ids(pipeline.bootstrap, pipeline.input, N)
+
+    outcome = pipeline.run("driver.start=signal")
+
+    assert outcome.returncode == 0, outcome.error
+    batches = outcome.result["batches"]
+    assert isinstance(batches, list) and len(batches) >= 3
+    assert_exactly_once(pipeline, ids)
+    assert pipeline.open_log().decided_batches() == batches
+    starts = pipeline.reached_batches("driver.start")
+    assert len(starts) == len(batches), f"{len(starts)} starts for batches {batches}"
+
+
 @on_the_newest_line_in_full
 def test_task_failing_after_part_of_its_rows_is_retried_once(
     pipeline: Pipeline, capsys: pytest.CaptureFixture[str]

@@ -657,3 +657,30 @@ def test_offsets_committed_before_the_rows_run_ahead_of_the_output() -> None:
     assert result.violation is not None
     assert result.violation.startswith("group offsets ahead of the output")
     assert len(result.trace) == 16
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        pytest.param(Config(KEYED, drivers=2, batches=2, partitions=1), id="two-batches"),
+        pytest.param(Config(KEYED, drivers=2, batches=1, partitions=2), id="two-partitions"),
+        pytest.param(Config(KEYED, drivers=2, batches=1, partitions=1, crashes=1), id="crash"),
+        pytest.param(Config(KEYED, drivers=2, batches=1, partitions=1, timeouts=1), id="timeout"),
+        pytest.param(Config(KEYED, drivers=2, batches=1, partitions=1, late_writes=1), id="late"),
+    ],
+)
+def test_a_commit_without_a_start_of_its_own_keeps_every_rule(config: Config) -> None:
+    """Issue 43 item 3: the commit worker's commit() with the planner's run, no roll forward
+    and no current-run check before it (commit() checks before its decision). A superseded
+    run's commit() then aborts its own prepared transactions itself; with the commit worker's
+    own start, its streamWriter() raised first and left them to the brokers' timeout."""
+    config = replace(config, keyed_fixes=True, outcome_register=True)
+
+    changed = explore(replace(config, commit_without_start=True))
+
+    assert changed.ok, "\n".join([str(changed.violation), *changed.trace])
+    assert changed.stops.get("finished", 0) > 0
+    if not config.crashes:
+        before = explore(config)
+        assert before.ok and before.final_with_open_txns > 0
+        assert changed.final_with_open_txns == 0
