@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pyspark import cloudpickle
 
@@ -76,7 +77,9 @@ print(json.dumps(space["run"](source, messages, int(sys.argv[3]), schema)))
 """
 
 
-def cold_commit(tree: Path, work: Path, source: bytes, messages: list, batch_id: int) -> list[float]:
+def cold_commit(
+    tree: Path, work: Path, source: bytes, messages: list[Any], batch_id: int
+) -> list[float]:
     """The steps' ms of one batch's commit in a new interpreter that imports `tree`'s sink."""
     (work / "source.pkl").write_bytes(source)
     (work / "messages.pkl").write_bytes(pickle.dumps(messages))
@@ -104,7 +107,9 @@ def worktree(ref: str) -> Iterator[Path]:
                            check=False, capture_output=True)  # fmt: skip
 
 
-def measure(bootstrap: str, work: Path, trees: dict[str, Path], tasks: int, rounds: int) -> dict:
+def measure(
+    bootstrap: str, work: Path, trees: dict[str, Path], tasks: int, rounds: int
+) -> dict[str, list[list[float]]]:
     """Per tree, the steps' ms of each round."""
     topic = f"cold_commit_{uuid.uuid4().hex[:8]}"
     new_topic(bootstrap, None, topic, 8)
@@ -161,10 +166,13 @@ def main() -> int:
     args = parser.parse_args()
     # One driver for the planner here and every commit worker (protocol/runs.py).
     os.environ[SPARK_DIRS_ENV] = f"/tmp/blockmgr-{uuid.uuid4()}"
-    with tempfile.TemporaryDirectory() as tmp, worktree(args.baseline) as baseline:
-        with testing.kafka_bootstrap(Path(tmp)) as bootstrap:
-            trees = {"baseline": baseline, "this tree": ROOT}
-            times = measure(bootstrap, Path(tmp), trees, args.tasks, args.rounds)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        worktree(args.baseline) as baseline,
+        testing.kafka_bootstrap(Path(tmp)) as bootstrap,
+    ):
+        trees = {"baseline": baseline, "this tree": ROOT}
+        times = measure(bootstrap, Path(tmp), trees, args.tasks, args.rounds)
     print(report(times, args.tasks))
     return 0
 

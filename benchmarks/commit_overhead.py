@@ -48,7 +48,8 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from kafka_txn_sink import testing
 from kafka_txn_sink.datasource import KafkaTxnDataSource
 from kafka_txn_sink.kafka import txn_admin
-from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.recover import known_ids
 from kafka_txn_sink.protocol.task_commit import TaskCommit

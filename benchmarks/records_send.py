@@ -41,13 +41,8 @@ from confluent_kafka import Producer
 
 from kafka_txn_sink.kafka import producer as producer_module
 from kafka_txn_sink.kafka.deliveries import Deliveries
-from kafka_txn_sink.kafka.producer import (
-    POLL_EVERY,
-    REPORTED_RECORDS,
-    Prepared,
-    TaskTransaction,
-    producer_config,
-)
+from kafka_txn_sink.kafka.producer import POLL_EVERY, REPORTED_RECORDS, Prepared, TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.kafka.quiet import quiet_produce
 from kafka_txn_sink.records.digest import DigestingTransaction
 from kafka_txn_sink.testing.kafka_broker import create_topic

@@ -30,7 +30,8 @@ from typing import Any
 from confluent_kafka import Producer
 
 from kafka_txn_sink.kafka import deliveries as deliveries_module
-from kafka_txn_sink.kafka.producer import STATS_INTERVAL_MS, TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import STATS_INTERVAL_MS, producer_config
 from kafka_txn_sink.testing.kafka_broker import create_topic
 
 TIMEOUT_S = 60.0

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.protocol.messages import Triple
 from kafka_txn_sink.testing.kafka_broker import KafkaBroker, create_topic
 

@@ -35,7 +35,7 @@ from kafka_txn_sink.group_options import (
     GroupOptions,
     parse_group_options,
 )
-from kafka_txn_sink.kafka.producer import producer_config
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.kafka.security import option_settings
 from kafka_txn_sink.option import Option, truthy
 from kafka_txn_sink.protocol.txn_ids import validate_sink_id

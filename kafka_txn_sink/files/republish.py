@@ -24,7 +24,8 @@ from fastavro import reader as avro_reader
 from kafka_txn_sink.errors import StagingError
 from kafka_txn_sink.files.naming import base_name, stored_name
 from kafka_txn_sink.files.references import Reference, WrittenFile, reference
-from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant, Republish
 from kafka_txn_sink.protocol.txn_ids import republish_id

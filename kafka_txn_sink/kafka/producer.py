@@ -34,15 +34,14 @@ from kafka_txn_sink.kafka.deliveries import (
 from kafka_txn_sink.kafka.partitioner import by_partition, key_partitions
 from kafka_txn_sink.kafka.permissions import refused, topic_permission
 from kafka_txn_sink.kafka.produce_errors import kafka_failure, produce_failure
+from kafka_txn_sink.kafka.producer_settings import (
+    KEY_HASH_PARTITIONER,
+    STATS_INTERVAL_MS,
+)
 from kafka_txn_sink.kafka.quiet import QuietProduce, quiet_produce
 from kafka_txn_sink.kafka.security import librdkafka_config
 from kafka_txn_sink.protocol.messages import OffsetRanges, Triple
 
-# The producer id and epoch are read from a statistics sample taken inside the transaction
-# (after begin_transaction); prepare waits for one only when none has come yet, so this bounds
-# that wait. A sample costs little: only its last object, `eos`, is decoded.
-STATS_INTERVAL_MS = 25
-MAX_MESSAGE_TIMEOUT_MS = 120_000
 # Delivery reports are served (and their errors checked) every this many records; each one
 # holds its message's memory until served.
 POLL_EVERY = 1000
@@ -54,45 +53,10 @@ POLL_EVERY = 1000
 # 1 us of CPU less (its report, and produce() from C where kafka/quiet.py can: measured with
 # benchmarks/records_send.py). The environment variable sets it for a test (the crash suite: 10).
 REPORTED_RECORDS = int(os.environ.get("KAFKA_TXN_SINK_REPORTED_RECORDS") or 15_000)
-# The partitioner `send_many` computes itself (kafka/partitioner.py); with any other, it sends
-# record by record and lets librdkafka partition.
-KEY_HASH_PARTITIONER = "murmur2_random"
 # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner picks the partition.
 UNASSIGNED = -1
 # The reason of an InputError a delivery report gave: after produce(), so never a row's alone.
 DELIVERY = "delivery"
-
-
-def producer_config(
-    bootstrap: str, kafka: Mapping[str, str], txn_id: str, txn_timeout_ms: int
-) -> dict[str, Any]:
-    """Every setting the protocol depends on is set here explicitly; users tune the rest."""
-    config: dict[str, Any] = {
-        "partitioner": KEY_HASH_PARTITIONER,  # the partitions Java clients (and Spark's sink) pick
-        "linger.ms": 20,
-        # librdkafka 2.16 with sparse connections (its default) looks for the transaction
-        # coordinator before it has connected to any broker, and then waits for a 50 ms or
-        # 500 ms retry timer: init_transactions took 52-506 ms, against 2-7 ms when every
-        # known broker is connected at once (measured on the test bed's broker).
-        "enable.sparse.connections": False,
-        "socket.timeout.ms": 30_000,
-        "message.timeout.ms": min(MAX_MESSAGE_TIMEOUT_MS, txn_timeout_ms),
-    }
-    config.update(kafka)
-    config.update(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": txn_id,
-            "enable.idempotence": True,
-            "acks": "all",
-            "transaction.timeout.ms": txn_timeout_ms,
-            "statistics.interval.ms": STATS_INTERVAL_MS,
-        }
-    )
-    # librdkafka refuses a producer whose waits exceed its transaction timeout.
-    for name in ("message.timeout.ms", "socket.timeout.ms"):
-        config[name] = min(int(config[name]), txn_timeout_ms)
-    return config
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceWriter, WriterCommitMessage
 
 from kafka_txn_sink.protocol.decide import abort_batch, commit_batch
-from kafka_txn_sink.protocol.prepare import BatchWrite, TaskPlan, prepare_task
+from kafka_txn_sink.protocol.prepare import TaskPlan, prepare_task
 from kafka_txn_sink.protocol.task_commit import TaskCommit
+from kafka_txn_sink.protocol.write_ids import BatchWrite
 
 
 class KafkaTxnBatchWriter(DataSourceWriter):

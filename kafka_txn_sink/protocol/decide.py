@@ -60,9 +60,7 @@ from kafka_txn_sink.protocol.messages import (
     format_version,
     now_ms,
 )
-from kafka_txn_sink.protocol.prepare import BatchWrite
-from kafka_txn_sink.protocol.progress import batch_progress, open_progress
-from kafka_txn_sink.protocol.progress_across import commit_across
+from kafka_txn_sink.protocol.progress import batch_progress
 from kafka_txn_sink.protocol.record import check_open, record_with_progress
 from kafka_txn_sink.protocol.recover import CleanupSchedule, clean_up
 from kafka_txn_sink.protocol.repair import (
@@ -75,6 +73,7 @@ from kafka_txn_sink.protocol.runs import RunRef, check_current, check_decided_by
 from kafka_txn_sink.protocol.session import cleanup_schedule, driver_session
 from kafka_txn_sink.protocol.stats import batch_stats, ms_since
 from kafka_txn_sink.protocol.task_commit import TaskCommit
+from kafka_txn_sink.protocol.write_ids import BatchWrite
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +224,8 @@ class Committer:
             levels = list(zip(found.levels, found.completions, strict=True))
         self._settler.wait_visible(levels)
         failpoints.fire("driver.before_group_commit", decision.batch_id)
+        from kafka_txn_sink.protocol.progress_across import commit_across  # consumerGroup only
+
         commit_across(self._options, decision.batch_id)
 
     def abort(
@@ -350,6 +351,8 @@ class Committer:
             return ()
         progress = batch_progress(self._options, batch_id)
         assert progress is not None
+        from kafka_txn_sink.protocol.progress_txn import open_progress  # consumerGroup only
+
         return (open_progress(self._options, self._run, progress),)
 
     def _checked(

@@ -43,6 +43,7 @@ from kafka_txn_sink.protocol.repair import RepairPlan
 from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.task_commit import TaskCommit
 from kafka_txn_sink.protocol.txn_ids import transactional_id
+from kafka_txn_sink.protocol.write_ids import BatchWrite
 from kafka_txn_sink.records.columns import Columns
 from kafka_txn_sink.records.dead_letter import DeadLetters
 from kafka_txn_sink.records.output import RecordsOutput
@@ -50,8 +51,6 @@ from kafka_txn_sink.records.provenance import Provenance
 from kafka_txn_sink.serde.resolve import Encodings, schema_uses
 from kafka_txn_sink.storage import open_storage
 
-# A batch write's decision carries `write:{writeId}` as its query id: never a Spark query id.
-WRITE_QUERY_PREFIX = "write:"
 # The row writer's rows go to the outputs as tuples, in groups of this many after the first
 # row (which goes alone, so a record is in the transaction as soon as the task has taken a
 # row): a call per group, not per row, and records mode produces a group through `send_many`.
@@ -59,34 +58,6 @@ ROWS_PER_CALL = 4096
 SPECULATION = "spark.speculation"
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BatchWrite:
-    """A batch write (`df.write`, option writeId): the batch of the commit log it is.
-
-    The driver chose the batch (start.py), so its tasks take batch and query id from here
-    rather than from Spark's streaming properties. A log of batch writes has a query id per
-    write, so the checks that the writing query is the log's are not made for them.
-    """
-
-    write_id: str
-    batch_id: int
-
-    @property
-    def query_id(self) -> str:
-        """What the write's decision and task messages carry as their query id."""
-        return write_query_id(self.write_id)
-
-
-def write_query_id(write_id: str) -> str:
-    """The query id of batch write `write_id`: `write:{writeId}`."""
-    return f"{WRITE_QUERY_PREFIX}{write_id}"
-
-
-def is_batch_write(query_id: str) -> bool:
-    """Whether a decision's query id is a batch write's rather than a streaming query's."""
-    return query_id.startswith(WRITE_QUERY_PREFIX)
 
 
 @dataclass(frozen=True)

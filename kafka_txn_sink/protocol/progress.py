@@ -9,40 +9,18 @@ the clean-up and recovery cover it like any other. Completing the batch (complet
 last: EndTxn(commit) only once every row of the batch is visible, or EndTxn(abort) by its
 exact triple once a row was lost, recorded lost beside the rows; the replay's repair
 (repair.py) then opens a new one. So the group's offsets move when the batch's rows become
-visible, never before, and never back. The model (`--offsets participant`) checks this design,
-and shows why committing the offsets after the completion, or ending this participant first,
-is wrong.
+visible, never before, and never back. The transaction itself is progress_txn.py's. The model
+(`--offsets participant`) checks this design, and shows why committing the offsets after the
+completion, or ending this participant first, is wrong.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Mapping
-from typing import Any
-
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
-from kafka_txn_sink.errors import ConfigError, KafkaTxnSinkError
+from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.group_options import CONSUMER_GROUP, GROUP_KAFKA_PREFIX, GroupOptions
-from kafka_txn_sink.kafka.cluster import Cluster, client_config, shared_cluster
-from kafka_txn_sink.kafka.permissions import (
-    Permission,
-    group_permission,
-    refused,
-    topic_permission,
-)
-from kafka_txn_sink.kafka.producer import TaskTransaction
-from kafka_txn_sink.kafka.security import librdkafka_config
+from kafka_txn_sink.kafka.cluster import Cluster, shared_cluster
 from kafka_txn_sink.options import SinkOptions
-from kafka_txn_sink.protocol.messages import (
-    PROGRESS_PARTITION,
-    GroupOffsets,
-    GroupProgress,
-    Participant,
-    Triple,
-)
-from kafka_txn_sink.protocol.runs import RunRef
-from kafka_txn_sink.protocol.txn_ids import progress_id
+from kafka_txn_sink.protocol.messages import GroupOffsets, GroupProgress
 from kafka_txn_sink.spark_checkpoint import batch_end_offsets, newest_batch
 
 
@@ -125,122 +103,3 @@ def group_cluster(progress: GroupOptions, timeout_ms: int) -> Cluster:
     """The admin client of the group's own cluster (option consumerGroup.kafka.*), kept for the
     process."""
     return shared_cluster(progress.bootstrap, progress.kafka, timeout_ms)
-
-
-def open_progress(options: SinkOptions, run: RunRef, progress: GroupProgress) -> Participant:
-    """Open `run`'s progress transaction with `progress` committed in it, and leave it open:
-    the participant that ends it.
-
-    Raises:
-        PermissionDeniedError: Write on the sink's ids, or Read on the group, is missing.
-        KafkaTxnSinkError: the brokers refused otherwise; the transaction is aborted.
-    """
-    txn_id = progress_id(options.sink_id, slot=run.slot)
-    txn = ProgressTransaction(options.producer_config(txn_id), options.client_timeout_s)
-    txn.init()
-    try:
-        metadata = group_metadata(
-            options.bootstrap_servers, options.kafka, options.commit_timeout_ms, progress.group
-        )
-        txn.send_offsets(progress, metadata)
-        triple = txn.open_triple()
-    except BaseException:
-        txn.abort()
-        raise
-    return Participant(
-        partition=PROGRESS_PARTITION,
-        attempt=0,
-        triple=triple,
-        rows=0,
-        offsets={},
-        progress=progress,
-    )
-
-
-# What the group coordinator answers an outside client's TxnOffsetCommit once the group has
-# members.
-_MEMBERS_ERRORS = (
-    KafkaError.UNKNOWN_MEMBER_ID,
-    KafkaError.ILLEGAL_GENERATION,
-    KafkaError.REBALANCE_IN_PROGRESS,
-    KafkaError.FENCED_INSTANCE_ID,
-)
-
-
-class ProgressTransaction(TaskTransaction):
-    """A transaction that writes no records, only a consumer group's offsets."""
-
-    def send_offsets(self, progress: GroupProgress, group_metadata: Any) -> None:
-        """AddOffsetsToTxn and TxnOffsetCommit of `progress` (waits for both answers).
-
-        Raises:
-            PermissionDeniedError: Read on the group is missing.
-            KafkaTxnSinkError: the coordinator refused otherwise.
-        """
-        positions = [
-            TopicPartition(topic, partition, offset)
-            for topic, parts in sorted(progress.offsets.items())
-            for partition, offset in sorted(parts.items())
-        ]
-        try:
-            self._client.send_offsets_to_transaction(positions, group_metadata, self._timeout_s)
-        except KafkaException as exc:
-            error = exc.args[0]
-            step = f"committing the offsets of group {progress.group} in {self.transactional_id}"
-            hint = (
-                f": a consumer joined group {progress.group} (option {CONSUMER_GROUP} needs a "
-                f"group no consumer joins)"
-                if error.code() in _MEMBERS_ERRORS
-                else ""
-            )
-            raise refused(
-                error.code(),
-                error.str(),
-                self._config,
-                step,
-                _needed(error.code(), progress),
-                self.transactional_id,
-            ) or KafkaTxnSinkError(f"{step} failed: {error.str()}{hint}") from exc
-
-    def commit(self) -> None:
-        """EndTxn(commit), waiting for its answer.
-
-        Raises:
-            KafkaTxnSinkError: refused, fenced, or no answer (its outcome is then unknown).
-        """
-        try:
-            self._client.commit_transaction(self._timeout_s)
-        except KafkaException as exc:
-            error = exc.args[0]
-            raise KafkaTxnSinkError(
-                f"EndTxn(commit) of {self.transactional_id} failed ({error.str()}); the group "
-                f"keeps what it held unless the commit landed: the next batch commits again"
-            ) from exc
-
-    def open_triple(self) -> Triple:
-        """The open transaction's triple; the client is dropped unclosed, so it stays open."""
-        triple = self._read_triple()
-        self.detach()
-        return triple
-
-
-def _needed(code: int, progress: GroupProgress) -> Permission:
-    """What TxnOffsetCommit lacks: Read on an input topic (the first; each needs it), or Read on
-    the group."""
-    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-        return topic_permission("Read", min(progress.offsets))
-    return group_permission("Read", progress.group)
-
-
-def group_metadata(bootstrap: str, kafka: Mapping[str, str], timeout_ms: int, group: str) -> Any:
-    """The group's metadata as a client that never joins it sends it (generation -1, no member
-    id): the start refuses a group with active members (start.py)."""
-    config = client_config(bootstrap, kafka, timeout_ms)
-    consumer = Consumer(
-        {**librdkafka_config(config), "group.id": group, "enable.auto.commit": False}
-    )
-    try:
-        return consumer.consumer_group_metadata()
-    finally:
-        with contextlib.suppress(KafkaException, RuntimeError):
-            consumer.close()

@@ -23,15 +23,11 @@ from __future__ import annotations
 import logging
 
 from kafka_txn_sink.group_options import GroupOptions
-from kafka_txn_sink.kafka.producer import producer_config
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.messages import GroupOffsets, GroupProgress
-from kafka_txn_sink.protocol.progress import (
-    ProgressTransaction,
-    batch_progress,
-    group_cluster,
-    group_metadata,
-)
+from kafka_txn_sink.protocol.progress import batch_progress, group_cluster
+from kafka_txn_sink.protocol.progress_txn import ProgressTransaction, group_metadata
 from kafka_txn_sink.protocol.txn_ids import group_id
 
 log = logging.getLogger(__name__)

@@ -51,7 +51,6 @@ from kafka_txn_sink.options import (
     SinkOptions,
 )
 from kafka_txn_sink.protocol.messages import Decision, LostParticipant, now_ms
-from kafka_txn_sink.protocol.prepare import BatchWrite, is_batch_write, write_query_id
 from kafka_txn_sink.protocol.progress import check_progress_start
 from kafka_txn_sink.protocol.recover import known_ids, roll_forward
 from kafka_txn_sink.protocol.repair import RepairPlan, batch_levels, plan_repair
@@ -59,6 +58,7 @@ from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.protocol.runs import RunRef, check_current, release, take_over
 from kafka_txn_sink.protocol.session import DriverSession, driver_session, shared_cluster_of
 from kafka_txn_sink.protocol.txn_ids import transactional_id
+from kafka_txn_sink.protocol.write_ids import BatchWrite, is_batch_write, write_query_id
 from kafka_txn_sink.storage import open_storage
 from kafka_txn_sink.topic_options import TopicCreation
 

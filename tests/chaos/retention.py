@@ -30,7 +30,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.protocol.messages import Participant
 from kafka_txn_sink.testing.topics import Seen

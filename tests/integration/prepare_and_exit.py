@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import sys
 
-from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import producer_config
 
 
 def main(bootstrap: str, txn_id: str, topic: str, rows: int, timeout_ms: int) -> None:

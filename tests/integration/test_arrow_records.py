@@ -13,7 +13,8 @@ import pytest
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from kafka_txn_sink.errors import InputError
-from kafka_txn_sink.kafka.producer import POLL_EVERY, Prepared, TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import POLL_EVERY, Prepared, TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin
 from kafka_txn_sink.records.arrow import record_columns, send_batch
 from kafka_txn_sink.records.columns import Routing, plan_columns

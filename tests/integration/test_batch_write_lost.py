@@ -22,13 +22,14 @@ from pyspark.sql.types import StringType, StructField, StructType
 from kafka_txn_sink.datasource import KafkaTxnDataSource
 from kafka_txn_sink.errors import TransactionLostError
 from kafka_txn_sink.kafka.cluster import Cluster
-from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.batch_writer import KafkaTxnBatchWriter
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import Decision, Participant
-from kafka_txn_sink.protocol.prepare import write_query_id
 from kafka_txn_sink.protocol.txn_ids import transactional_id
+from kafka_txn_sink.protocol.write_ids import write_query_id
 from kafka_txn_sink.testing.topics import read_topic
 from tests.e2e.harness import open_transactions
 from tests.integration.test_cli_cluster import Sink, prepare, sink

@@ -23,7 +23,8 @@ from kafka_txn_sink.commit_log import JsonCommitLog
 from kafka_txn_sink.errors import TransactionFateUnknownError
 from kafka_txn_sink.kafka.admin_api import Fate
 from kafka_txn_sink.kafka.cluster import Cluster
-from kafka_txn_sink.kafka.producer import Prepared, TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import Prepared, TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import Decision, Participant, Triple

@@ -19,16 +19,13 @@ import pytest
 
 from kafka_txn_sink.errors import ConfigError, KafkaTxnSinkError, PermissionDeniedError
 from kafka_txn_sink.kafka.cluster import Cluster
-from kafka_txn_sink.kafka.producer import producer_config
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.options import SinkOptions, parse_options
 from kafka_txn_sink.protocol.messages import GroupProgress
-from kafka_txn_sink.protocol.progress import (
-    ProgressTransaction,
-    check_progress_start,
-    group_metadata,
-)
+from kafka_txn_sink.protocol.progress import check_progress_start
 from kafka_txn_sink.protocol.progress_across import GROUP_TXN_TIMEOUT_MS, commit_across
+from kafka_txn_sink.protocol.progress_txn import ProgressTransaction, group_metadata
 from kafka_txn_sink.protocol.txn_ids import group_id
 from kafka_txn_sink.testing.secured_broker import SecuredKafkaBroker
 from tests.integration.test_least_privilege import PASSWORD, TIMEOUT_MS

@@ -17,7 +17,7 @@ from kafka_txn_sink.kafka.admin_api import Fate
 from kafka_txn_sink.kafka.cluster import Cluster
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.messages import GroupProgress
-from kafka_txn_sink.protocol.progress import open_progress
+from kafka_txn_sink.protocol.progress_txn import open_progress
 from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.txn_ids import progress_id
 from kafka_txn_sink.testing.secured_broker import SecuredKafkaBroker

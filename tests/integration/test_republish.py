@@ -25,7 +25,8 @@ from kafka_txn_sink.errors import TransactionCompletionError, TransactionFateUnk
 from kafka_txn_sink.files.references import parse_reference
 from kafka_txn_sink.files.republish import Republisher
 from kafka_txn_sink.kafka.cluster import Cluster
-from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant

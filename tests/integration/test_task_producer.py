@@ -12,7 +12,8 @@ from confluent_kafka import Producer
 
 from kafka_txn_sink.errors import InputError, KafkaTxnSinkError
 from kafka_txn_sink.kafka import producer as producer_module
-from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.kafka.quiet import quiet_produce
 from kafka_txn_sink.kafka.security import librdkafka_config
 from kafka_txn_sink.kafka.txn_admin import ONGOING, TxnAdmin

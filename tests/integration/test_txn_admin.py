@@ -25,7 +25,8 @@ from kafka_txn_sink.errors import KafkaTxnSinkError, KafkaUnavailableError
 from kafka_txn_sink.kafka import txn_admin as txn_admin_module
 from kafka_txn_sink.kafka.admin_api import Fate
 from kafka_txn_sink.kafka.cluster import Cluster
-from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.kafka.txn_admin import NOT_FOUND, ONGOING, TxnAdmin
 from kafka_txn_sink.protocol.messages import Triple
 from kafka_txn_sink.testing import KafkaBroker

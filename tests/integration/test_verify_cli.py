@@ -27,7 +27,8 @@ from kafka_txn_sink.files.naming import FileNaming
 from kafka_txn_sink.files.plan import plan_files
 from kafka_txn_sink.files.references import reference
 from kafka_txn_sink.files.writer import FileSet
-from kafka_txn_sink.kafka.producer import TaskTransaction, producer_config
+from kafka_txn_sink.kafka.producer import TaskTransaction
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 from kafka_txn_sink.protocol.messages import Completion, Decision, FileRef, Participant
 from kafka_txn_sink.protocol.run_records import SinkMeta

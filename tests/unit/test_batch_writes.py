@@ -25,11 +25,11 @@ from kafka_txn_sink.options import parse_options
 from kafka_txn_sink.protocol.complete import Settler
 from kafka_txn_sink.protocol.decide import Committer
 from kafka_txn_sink.protocol.messages import Decision
-from kafka_txn_sink.protocol.prepare import BatchWrite, is_batch_write, write_query_id
 from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.start import find_write
 from kafka_txn_sink.protocol.task_commit import TaskCommit
+from kafka_txn_sink.protocol.write_ids import BatchWrite, is_batch_write, write_query_id
 from tests.unit.test_decide import SINK, Driver, FakeCluster, FakeTxnAdmin, prepared
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "sinkId": SINK, "commitLog": "/tmp/none"}

@@ -188,3 +188,25 @@ def test_importing_the_sink_does_not_import_pandas() -> None:
     code = "import sys, kafka_txn_sink.datasource; print('pandas' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+TASK_SIDE = (
+    "kafka_txn_sink.planner",
+    "kafka_txn_sink.protocol.prepare",
+    "kafka_txn_sink.kafka.producer",
+    "kafka_txn_sink.records.output",
+    "kafka_txn_sink.serde.encode",
+    "pyarrow.compute",
+)
+
+
+def test_the_commit_worker_loads_none_of_the_planners_or_tasks_modules() -> None:
+    """Spark unpickles the data source in each batch's commit worker, a new Python process once
+    the last one idled a minute: what that imports is paid before every such commit
+    (commit_worker.py, docs/performance.md)."""
+    code = (
+        "import sys, pyspark.worker, kafka_txn_sink.datasource, kafka_txn_sink.commit_worker; "
+        f"print([m for m in {TASK_SIDE!r} if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_txn_sink.errors import ConfigError
-from kafka_txn_sink.kafka.producer import producer_config
+from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.options import parse_options
 from kafka_txn_sink.protocol.start import check_producer_settings
 

@@ -26,7 +26,7 @@ from kafka_txn_sink.group_options import parse_group_options
 from kafka_txn_sink.kafka import groups
 from kafka_txn_sink.kafka.admin_api import EndTxnResult, Fate, FateAnswer, TxnState
 from kafka_txn_sink.options import parse_options
-from kafka_txn_sink.protocol import decide
+from kafka_txn_sink.protocol import progress_across, progress_txn
 from kafka_txn_sink.protocol.complete import PROGRESS_LOST, Settler
 from kafka_txn_sink.protocol.decide import Committer
 from kafka_txn_sink.protocol.messages import (
@@ -137,7 +137,7 @@ def gdriver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GroupDriver:
         txn_admin.open(triple)
         return Participant(PROGRESS_PARTITION, 0, triple, 0, {}, progress=progress)
 
-    monkeypatch.setattr(decide, "open_progress", open_progress)
+    monkeypatch.setattr(progress_txn, "open_progress", open_progress)
     settler = Settler(SINK, log, txn_admin, cluster, deadline_s=1)
     committer = Committer(options, log, txn_admin, settler, RunRef(0, 0))
     return GroupDriver(log, txn_admin, cluster, committer, opened)
@@ -471,7 +471,7 @@ def across_driver(gdriver: GroupDriver, tmp_path: Path, monkeypatch: pytest.Monk
         seen.append(sorted(s.state for i, s in states.items() if not i.endswith("-g")))
         return {}
 
-    monkeypatch.setattr(decide, "commit_across", commit_across)
+    monkeypatch.setattr(progress_across, "commit_across", commit_across)
     return gdriver, seen
 
 

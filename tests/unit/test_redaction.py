@@ -115,7 +115,7 @@ def test_the_plan_pickled_to_the_tasks_holds_no_registry_or_group_cluster_secret
     to every executor) carries neither's settings; the driver's options keep them."""
     import pickle
 
-    from kafka_txn_sink import datasource
+    from kafka_txn_sink import planner
     from kafka_txn_sink.protocol.runs import RunRef
     from kafka_txn_sink.protocol.start import BatchStart
 
@@ -137,9 +137,9 @@ def test_the_plan_pickled_to_the_tasks_holds_no_registry_or_group_cluster_secret
             "consumerGroup.kafka.sasl.password": "GroupPw77",
         }
     )
-    monkeypatch.setattr(datasource, "resolve", lambda *_: None)
+    monkeypatch.setattr(planner, "resolve", lambda *_: None)
     schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
-    plan = datasource._plan(options, schema, lambda o: BatchStart(o, None, None, RunRef(0, 0)))
+    plan = planner._plan(options, schema, lambda o: BatchStart(o, None, None, RunRef(0, 0)))
 
     shipped = pickle.dumps(plan)
     for secret in (b"Hunter2pw", b"Sekret99", b"GroupPw77"):
