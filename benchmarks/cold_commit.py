@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/cold_commit.py --baseline a28474e            # 8 tasks, 10 rounds
     .venv/bin/python benchmarks/cold_commit.py --baseline a28474e --tasks 32 --rounds 20
+    .venv/bin/python benchmarks/cold_commit.py --baseline a28474e --s3   # the log on S3 (moto)
 
 PySpark runs a batch's `commit()` in a Python worker forked from its daemon, which keeps it
 only while it is used within its idle timeout (a minute): a query whose trigger is longer
@@ -13,7 +14,9 @@ imports what the daemon's child has (`pyspark.worker`, the commit runner) and ti
 Spark's commit runner does, in its order, from inside a function of the runner's module name
 (as `commit_worker.building_for_commit` finds it): unpickle the data source (its imports),
 `streamWriter()`, unpickle the messages, `commit()`. The trees share one sink, one broker and
-one driver identity (Spark's block manager directory); `--baseline REF` is checked out with
+one driver identity (Spark's block manager directory), and a local JSON commit log or, with
+`--s3`, one on the test bed's S3 server (KTS_S3_ENDPOINT, else a moto server of its own on
+loopback: every log read is then an HTTP request, as on S3); `--baseline REF` is checked out with
 `git worktree` in a temporary directory and run with PYTHONPATH. Prints the p50 of each step
 and of the whole per tree, and their ratio.
 """
@@ -42,6 +45,7 @@ from benchmarks.commit_overhead import SCHEMA, TXN_TIMEOUT_MS, new_topic, prepar
 from kafka_txn_sink import testing
 from kafka_txn_sink.datasource import KafkaTxnDataSource
 from kafka_txn_sink.protocol.runs import SPARK_DIRS_ENV
+from kafka_txn_sink.testing import s3_server
 
 STEPS = ("imports", "streamWriter", "messages", "commit")
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +77,8 @@ space = {"__name__": "pyspark.sql.worker.python_streaming_sink_runner", "time": 
 exec(RUNNER, space)
 source, messages = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
 schema = _parse_datatype_json_string(sys.argv[4])
-print(json.dumps(space["run"](source, messages, int(sys.argv[3]), schema)))
+steps = space["run"](source, messages, int(sys.argv[3]), schema)
+print(json.dumps({"steps": steps, "origin": sys.modules["kafka_txn_sink"].__file__}))
 """
 
 
@@ -86,11 +91,34 @@ def cold_commit(
     env = {**os.environ, "PYTHONPATH": str(tree)}
     args = [str(work / "source.pkl"), str(work / "messages.pkl"), str(batch_id), SCHEMA.json()]
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, *args], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", CHILD, *args],
+        cwd=work,  # not this repository's root, which `-c` would put before PYTHONPATH
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if done.returncode != 0:
         raise RuntimeError(f"the commit worker of {tree} failed:\n{done.stderr[-3000:]}")
-    return [float(x) for x in json.loads(done.stdout.strip().splitlines()[-1])]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    if not found["origin"].startswith(str(tree)):
+        raise RuntimeError(f"the commit worker of {tree} imported the sink from {found['origin']}")
+    return [float(x) for x in found["steps"]]
+
+
+@contextmanager
+def s3_endpoint(work: Path, wanted: bool) -> Iterator[str | None]:
+    """The S3 endpoint of the log: the test bed's, else a moto server of its own; None unless
+    `wanted`."""
+    if not wanted or os.environ.get("KTS_S3_ENDPOINT"):
+        yield os.environ.get("KTS_S3_ENDPOINT") if wanted else None
+        return
+    server = s3_server.S3Server(work / "moto")
+    server.start()
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()
 
 
 @contextmanager
@@ -108,9 +136,9 @@ def worktree(ref: str) -> Iterator[Path]:
 
 
 def measure(
-    bootstrap: str, work: Path, trees: dict[str, Path], tasks: int, rounds: int
+    bootstrap: str, work: Path, trees: dict[str, Path], tasks: int, rounds: int, s3: str | None
 ) -> dict[str, list[list[float]]]:
-    """Per tree, the steps' ms of each round."""
+    """Per tree, the steps' ms of each round (`s3`: the S3 endpoint of the log, or None)."""
     topic = f"cold_commit_{uuid.uuid4().hex[:8]}"
     new_topic(bootstrap, None, topic, 8)
     options = {
@@ -120,6 +148,9 @@ def measure(
         "commitLog": str(work / "log"),
         "transactionTimeoutMs": str(TXN_TIMEOUT_MS),
     }
+    if s3 is not None:
+        bucket = s3_server.create_bucket(s3)
+        options.update(s3_server.sink_s3_options(s3), commitLog=f"s3://{bucket}/log")
     source = KafkaTxnDataSource(options)
     pickled = cloudpickle.dumps(source)
     times: dict[str, list[list[float]]] = {name: [] for name in trees}
@@ -143,10 +174,10 @@ def measure(
     return times
 
 
-def report(times: dict[str, list[list[float]]], tasks: int) -> str:
+def report(times: dict[str, list[list[float]]], tasks: int, log: str) -> str:
     """p50 per step and of the whole, per tree, and each tree's whole against the first's."""
-    lines = [f"cold commit worker, {tasks} tasks, p50 ms over {len(next(iter(times.values())))} "
-             f"rounds each"]  # fmt: skip
+    lines = [f"cold commit worker, {tasks} tasks, commit log {log}, p50 ms over "
+             f"{len(next(iter(times.values())))} rounds each"]  # fmt: skip
     lines.append(f"{'tree':<12}" + "".join(f"{s:>14}" for s in (*STEPS, "whole", "ratio")))
     first = None
     for name, rounds in times.items():
@@ -163,6 +194,7 @@ def main() -> int:
     parser.add_argument("--baseline", required=True, help="a git ref to compare this tree with")
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--s3", action="store_true", help="the commit log on S3 (moto)")
     args = parser.parse_args()
     # One driver for the planner here and every commit worker (protocol/runs.py).
     os.environ[SPARK_DIRS_ENV] = f"/tmp/blockmgr-{uuid.uuid4()}"
@@ -170,10 +202,11 @@ def main() -> int:
         tempfile.TemporaryDirectory() as tmp,
         worktree(args.baseline) as baseline,
         testing.kafka_bootstrap(Path(tmp)) as bootstrap,
+        s3_endpoint(Path(tmp), args.s3) as s3,
     ):
         trees = {"baseline": baseline, "this tree": ROOT}
-        times = measure(bootstrap, Path(tmp), trees, args.tasks, args.rounds)
-    print(report(times, args.tasks))
+        times = measure(bootstrap, Path(tmp), trees, args.tasks, args.rounds, s3)
+    print(report(times, args.tasks, "S3 (moto)" if s3 else "local JSON"))
     return 0
 
 

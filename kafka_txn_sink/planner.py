@@ -20,7 +20,6 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructType, Timestam
 from kafka_txn_sink.group_options import SPARK_CHECKPOINT as CHECKPOINT
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.batch_writer import batch_writer_class
-from kafka_txn_sink.protocol.prepare import TaskPlan, task_options
 from kafka_txn_sink.protocol.start import (
     BatchStart,
     dead_letter_limits,
@@ -28,6 +27,7 @@ from kafka_txn_sink.protocol.start import (
     start_write,
 )
 from kafka_txn_sink.protocol.stream_writer import KafkaTxnStreamWriter, stream_writer_class
+from kafka_txn_sink.protocol.task_plan import TaskPlan, task_options
 from kafka_txn_sink.records.columns import plan_columns, timestamp_column
 from kafka_txn_sink.serde.resolve import pinned, resolve
 from kafka_txn_sink.spark_checkpoint import check_not_behind

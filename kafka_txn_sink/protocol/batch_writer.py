@@ -16,8 +16,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceWriter, WriterCommitMessage
 
 from kafka_txn_sink.protocol.decide import abort_batch, commit_batch
-from kafka_txn_sink.protocol.prepare import TaskPlan, prepare_task
+from kafka_txn_sink.protocol.stream_writer import prepare_in_task
 from kafka_txn_sink.protocol.task_commit import TaskCommit
+from kafka_txn_sink.protocol.task_plan import TaskPlan
 from kafka_txn_sink.protocol.write_ids import BatchWrite
 
 
@@ -32,7 +33,7 @@ class KafkaTxnBatchWriter(DataSourceWriter):
 
     def write(self, iterator: Iterator[Any]) -> TaskCommit:
         """In each task: prepare the task's transaction (prepare.py)."""
-        return prepare_task(self.plan, iterator, arrow=False)
+        return prepare_in_task(self.plan, iterator, arrow=False)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """On the driver: decide the write's batch and complete it (decide.py); for a write
@@ -50,7 +51,7 @@ class KafkaTxnBatchArrowWriter(KafkaTxnBatchWriter, DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[Any]) -> TaskCommit:
         """In each task: prepare the task's transaction from Arrow batches (prepare.py)."""
-        return prepare_task(self.plan, iterator, arrow=True)
+        return prepare_in_task(self.plan, iterator, arrow=True)
 
 
 def batch_writer_class() -> type[KafkaTxnBatchWriter]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import chain, islice
 from typing import Any
 
@@ -39,12 +39,9 @@ from kafka_txn_sink.protocol import task_errors
 from kafka_txn_sink.protocol.causes import cause_of
 from kafka_txn_sink.protocol.messages import FileRef, now_ms
 from kafka_txn_sink.protocol.output import TaskOutput
-from kafka_txn_sink.protocol.repair import RepairPlan
-from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.protocol.task_commit import TaskCommit
+from kafka_txn_sink.protocol.task_plan import TaskPlan
 from kafka_txn_sink.protocol.txn_ids import transactional_id
-from kafka_txn_sink.protocol.write_ids import BatchWrite
-from kafka_txn_sink.records.columns import Columns
 from kafka_txn_sink.records.dead_letter import DeadLetters
 from kafka_txn_sink.records.output import RecordsOutput
 from kafka_txn_sink.records.provenance import Provenance
@@ -58,40 +55,6 @@ ROWS_PER_CALL = 4096
 SPECULATION = "spark.speculation"
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TaskPlan:
-    """What every task of a batch needs: built on the driver, pickled to the tasks.
-
-    It carries only the options, the checked outputs, what the commit log said when the
-    driver built it (`log_query_id`, `last_decided`), and for a batch write its batch.
-    """
-
-    options: SinkOptions
-    columns: Columns | None  # records mode, or None
-    files_plan: Any  # files mode's `files.plan.FilePlan`, or None (typed loosely: lazy import)
-    log_query_id: str | None
-    last_decided: int | None
-    run: RunRef
-    write: BatchWrite | None = None  # a batch write; None in a streaming query
-    repair: RepairPlan | None = None  # what a replay of the latest decided batch writes again
-    encodings: Encodings | None = None  # the key's and value's registry formats (serde/)
-    repair_encodings: Encodings | None = None  # a repair's: the decision's schema ids
-    # option badRows=deadLetter: the most bytes a record may have, per topic (start.py)
-    dead_letter_limits: dict[str, int] = field(default_factory=dict)
-
-
-def task_options(options: SinkOptions) -> SinkOptions:
-    """`options` as a batch's tasks receive them: without the Schema Registry's settings and
-    the consumer group cluster's, which only the driver uses (their credentials go no further:
-    a task's plan is pickled to every executor)."""
-    progress = options.progress
-    return replace(
-        options,
-        serde=replace(options.serde, registry={}),
-        progress=replace(progress, kafka={}) if progress is not None else None,
-    )
 
 
 @dataclass(frozen=True)

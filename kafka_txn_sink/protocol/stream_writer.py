@@ -15,8 +15,8 @@ import pyspark.sql.datasource as _datasource
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 
 from kafka_txn_sink.protocol.decide import abort_batch, commit_batch
-from kafka_txn_sink.protocol.prepare import TaskPlan, prepare_task
 from kafka_txn_sink.protocol.task_commit import TaskCommit
+from kafka_txn_sink.protocol.task_plan import TaskPlan
 
 # PySpark 4.1+ has it; on 4.0 this is None and the row writer is used.
 ArrowStreamWriterBase: Any = getattr(_datasource, "DataSourceStreamArrowWriter", None)
@@ -31,7 +31,7 @@ class KafkaTxnStreamWriter(DataSourceStreamWriter):
 
     def write(self, iterator: Iterator[Any]) -> TaskCommit:
         """In each task: prepare the task's transaction (prepare.py)."""
-        return prepare_task(self.plan, iterator, arrow=False)
+        return prepare_in_task(self.plan, iterator, arrow=False)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """On the driver: decide the batch and complete it (decide.py)."""
@@ -53,11 +53,19 @@ class KafkaTxnStreamArrowWriter(KafkaTxnStreamWriter):
 
     def write(self, iterator: Iterator[Any]) -> TaskCommit:
         """In each task: prepare the task's transaction from Arrow batches (prepare.py)."""
-        return prepare_task(self.plan, iterator, arrow=True)
+        return prepare_in_task(self.plan, iterator, arrow=True)
 
 
 if ArrowStreamWriterBase is not None:
     ArrowStreamWriterBase.register(KafkaTxnStreamArrowWriter)
+
+
+def prepare_in_task(plan: TaskPlan, iterator: Iterator[Any], arrow: bool) -> TaskCommit:
+    """prepare.py's `prepare_task`, loaded in the task that runs it: the driver, which builds,
+    pickles and commits these writers, never loads the tasks' modules (pyarrow, the producer)."""
+    from kafka_txn_sink.protocol.prepare import prepare_task
+
+    return prepare_task(plan, iterator, arrow)
 
 
 def stream_writer_class() -> type[KafkaTxnStreamWriter]:

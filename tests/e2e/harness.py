@@ -371,7 +371,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
 from kafka_txn_sink.commit_log import open_commit_log
 from kafka_txn_sink.options import parse_options
-from kafka_txn_sink.protocol.prepare import TaskPlan, prepare_task
+from kafka_txn_sink.protocol.prepare import prepare_task
+from kafka_txn_sink.protocol.task_plan import TaskPlan
 from kafka_txn_sink.protocol.runs import RunRef
 from kafka_txn_sink.records.columns import plan_columns
 

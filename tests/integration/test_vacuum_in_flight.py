@@ -30,9 +30,10 @@ from kafka_txn_sink.options import SinkOptions, parse_options
 from kafka_txn_sink.protocol import prepare
 from kafka_txn_sink.protocol.decide import commit_batch
 from kafka_txn_sink.protocol.messages import Decision, FileRef, Participant, Triple
-from kafka_txn_sink.protocol.prepare import ROWS_PER_CALL, TaskPlan, prepare_task
+from kafka_txn_sink.protocol.prepare import ROWS_PER_CALL, prepare_task
 from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.protocol.runs import RunRef
+from kafka_txn_sink.protocol.task_plan import TaskPlan
 from kafka_txn_sink.protocol.write_ids import BatchWrite
 from kafka_txn_sink.storage import LocalStorage, open_file_sink
 from kafka_txn_sink.testing.topics import read_topic

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import kafka_txn_sink
 
 PACKAGE_DIR = Path(kafka_txn_sink.__file__).parent
@@ -191,7 +193,6 @@ def test_importing_the_sink_does_not_import_pandas() -> None:
 
 
 TASK_SIDE = (
-    "kafka_txn_sink.planner",
     "kafka_txn_sink.protocol.prepare",
     "kafka_txn_sink.kafka.producer",
     "kafka_txn_sink.records.output",
@@ -200,13 +201,22 @@ TASK_SIDE = (
 )
 
 
-def test_the_commit_worker_loads_none_of_the_planners_or_tasks_modules() -> None:
-    """Spark unpickles the data source in each batch's commit worker, a new Python process once
-    the last one idled a minute: what that imports is paid before every such commit
-    (commit_worker.py, docs/performance.md)."""
+@pytest.mark.parametrize(
+    ("worker", "imports", "not_loaded"),
+    [
+        ("commit", "kafka_txn_sink.commit_worker", ("kafka_txn_sink.planner", *TASK_SIDE)),
+        ("planner", "kafka_txn_sink.planner", TASK_SIDE),
+    ],
+)
+def test_the_drivers_workers_load_none_of_the_tasks_modules(
+    worker: str, imports: str, not_loaded: tuple[str, ...]
+) -> None:
+    """Spark unpickles the data source in each batch's planner and commit worker, new Python
+    processes once the last ones idled a minute: what they import is paid before every such
+    batch (commit_worker.py, planner.py, docs/performance.md)."""
     code = (
-        "import sys, pyspark.worker, kafka_txn_sink.datasource, kafka_txn_sink.commit_worker; "
-        f"print([m for m in {TASK_SIDE!r} if m in sys.modules])"
+        f"import sys, pyspark.worker, kafka_txn_sink.datasource, {imports}; "
+        f"print([m for m in {not_loaded!r} if m in sys.modules])"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    assert done.stdout.strip() == "[]", worker

@@ -13,8 +13,9 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from kafka_txn_sink.errors import ConfigError
 from kafka_txn_sink.options import parse_options
-from kafka_txn_sink.protocol.prepare import TaskPlan, prepare_task, refuse_speculation
+from kafka_txn_sink.protocol.prepare import prepare_task, refuse_speculation
 from kafka_txn_sink.protocol.runs import RunRef
+from kafka_txn_sink.protocol.task_plan import TaskPlan
 from kafka_txn_sink.records.columns import plan_columns
 
 

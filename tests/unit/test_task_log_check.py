@@ -11,9 +11,10 @@ from kafka_txn_sink.commit_log import open_commit_log
 from kafka_txn_sink.errors import CommitLogError
 from kafka_txn_sink.options import parse_options
 from kafka_txn_sink.protocol.messages import Abort, Triple
-from kafka_txn_sink.protocol.prepare import TaskPlan, decided
+from kafka_txn_sink.protocol.prepare import decided
 from kafka_txn_sink.protocol.run_records import SinkMeta
 from kafka_txn_sink.protocol.runs import RunRef
+from kafka_txn_sink.protocol.task_plan import TaskPlan
 from tests.commit_log_races import make_decision
 
 SINK = "orders"
