@@ -1,8 +1,10 @@
 """The thin Spark adapters: a `DataSourceStreamWriter` whose methods are the protocol's steps.
 
-Spark builds the writer on the driver just before a batch's tasks (and again in the commit
-worker), pickles it to the tasks, calls `write()` in each task (prepare.py) and then `commit()`
-or `abort()` on the driver (decide.py). It carries only the `TaskPlan`.
+Spark builds the writer on the driver just before a batch's tasks (planner.py), pickles it to
+the tasks and calls `write()` in each task (prepare.py). It carries only the `TaskPlan`. The
+batch's `commit()` or `abort()` runs on the writer Spark builds again in its commit worker
+(commit_worker.py); this writer's own `commit()` and `abort()` (decide.py) serve a Spark that
+would call them on the planner's writer instead.
 """
 
 from __future__ import annotations
