@@ -3,15 +3,14 @@
 `stream_writer` (a streaming query's batch) and `batch_writer` (a batch write, `df.write`)
 check the input schema against each output, resolve the record formats' schema ids, run the
 driver's start of a batch or of a write (protocol/start.py) and hand the tasks a `TaskPlan`
-(protocol/prepare.py). datasource.py loads this module only where a batch is planned: the
-commit worker (commit_worker.py) needs none of the tasks' modules it brings (pyarrow, the
-producer, the record formats).
+(protocol/task_plan.py). datasource.py loads this module only where a batch is planned, never
+in the commit worker (commit_worker.py); it loads none of the tasks' modules itself (pyarrow,
+the producer, the record formats), which the writers import in the task.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
@@ -113,28 +112,18 @@ def _plan(
     encodings = resolve(options.serde, schema, options.topic)
     started = start(options)
     repair_schemas = started.repair.schemas if started.repair else ()
-    return replace(
-        _started_plan(started),
+    return TaskPlan(
         options=task_options(started.options),
         columns=columns,
         files_plan=files_plan,
-        encodings=encodings,
-        repair_encodings=pinned(options.serde, schema, repair_schemas, encodings),
-        dead_letter_limits=dead_letter_limits(started.options),
-    )
-
-
-def _started_plan(started: BatchStart) -> TaskPlan:
-    """What the driver's start found, as a plan without the outputs' parts."""
-    return TaskPlan(
-        options=started.options,
-        columns=None,
-        files_plan=None,
         log_query_id=started.log_query_id,
         last_decided=started.last_decided,
         run=started.run,
         write=started.write,
         repair=started.repair,
+        encodings=encodings,
+        repair_encodings=pinned(options.serde, schema, repair_schemas, encodings),
+        dead_letter_limits=dead_letter_limits(started.options),
     )
 
 
