@@ -15,7 +15,8 @@ from confluent_kafka import Producer
 from kafka_txn_sink.kafka import quiet
 from kafka_txn_sink.kafka.quiet import loaded_librdkafka, quiet_produce
 
-NO_BROKER = {"bootstrap.servers": "127.0.0.1:9", "message.timeout.ms": 1_000}
+# Long enough that no record expires (and leaves the count) while a loaded machine runs the test.
+NO_BROKER = {"bootstrap.servers": "127.0.0.1:9", "message.timeout.ms": 60_000}
 
 
 @pytest.fixture
@@ -37,8 +38,10 @@ def counted_producer(settings: dict[str, object]) -> Counted:
 
 
 def queued(producer: Counted) -> int:
-    """librdkafka's count of records in the producer (msg_cnt), from a fresh sample."""
+    """librdkafka's count of records in the producer (msg_cnt), from a sample taken after the
+    caller's produce: the samples queued before it are served and dropped first."""
     samples = producer.samples
+    producer.poll(0)
     samples.clear()
     deadline = time.monotonic() + 5
     while not samples and time.monotonic() < deadline:
