@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
@@ -32,8 +32,10 @@ from kafka_txn_sink.kafka.permissions import (
     topic_permission,
 )
 from kafka_txn_sink.kafka.security import librdkafka_config
-from kafka_txn_sink.kafka.txn_admin import TxnAdmin, shared_txn_admin
 from kafka_txn_sink.protocol.messages import GroupOffsets, GroupProgress, OffsetRanges
+
+if TYPE_CHECKING:  # kafka-python is loaded when a consumer group is first asked, not before
+    from kafka_txn_sink.kafka.txn_admin import TxnAdmin
 
 MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
 MAX_MESSAGE_BYTES = "max.message.bytes"
@@ -347,6 +349,8 @@ class Cluster:
     def _groups(self) -> TxnAdmin:
         """The process's kafka-python client for these settings, which asks group coordinators
         for offsets (`groups.fetch_offsets` says why not librdkafka)."""
+        from kafka_txn_sink.kafka.txn_admin import shared_txn_admin
+
         return shared_txn_admin(self._bootstrap, self._kafka, self._timeout_ms)
 
     def _on_error(self, error: KafkaError) -> None:

@@ -15,17 +15,18 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import kafka.errors as kafka_errors
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from kafka_txn_sink.errors import KafkaTxnSinkError, KafkaUnavailableError
 from kafka_txn_sink.kafka.admin_api import Fate, FateAnswer
 from kafka_txn_sink.kafka.permissions import group_permission, refused
-from kafka_txn_sink.kafka.txn_admin import OffsetsAnswer, TxnAdmin
 from kafka_txn_sink.protocol.messages import GroupOffsets, GroupProgress
+
+if TYPE_CHECKING:  # kafka-python is loaded once a client is made, not by this module
+    from kafka_txn_sink.kafka.txn_admin import OffsetsAnswer, TxnAdmin
 
 # What the group coordinator answers while offsets of an open transaction are pending.
 _PENDING = (KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
@@ -91,6 +92,8 @@ def _offset_fetch(
     client: TxnAdmin, group: str, partitions: GroupOffsets | None, timeout_s: float, stable: bool
 ) -> OffsetsAnswer:
     """One OffsetFetch; a refusal of the whole group, or no answer, as `GroupRefused`."""
+    import kafka.errors as kafka_errors
+
     try:
         answer = client.fetch_group_offsets(group, partitions, stable, timeout_s)
     except kafka_errors.KafkaError as exc:
@@ -107,6 +110,8 @@ def _offset_fetch(
 
 def _broker_error(code: int) -> KafkaError:
     """A broker's error code as librdkafka's KafkaError (the same protocol codes)."""
+    import kafka.errors as kafka_errors
+
     return KafkaError(code, f"Broker: {kafka_errors.for_code(code).description}")
 
 

@@ -10,17 +10,63 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka_txn_sink.commit_log import CommitLog, open_commit_log
+from kafka_txn_sink.kafka.admin_api import EndTxnResult, TxnState
 from kafka_txn_sink.kafka.cluster import Cluster, discard_cluster, shared_cluster
-from kafka_txn_sink.kafka.txn_admin import TxnAdmin, discard_txn_admin, shared_txn_admin
 from kafka_txn_sink.options import SinkOptions
 from kafka_txn_sink.protocol.complete import Republishing, Settler
+from kafka_txn_sink.protocol.messages import Triple
 from kafka_txn_sink.protocol.recover import CleanupSchedule
+
+if TYPE_CHECKING:
+    from kafka_txn_sink.kafka.txn_admin import TxnAdmin
+
+
+class CoordinatorClient:
+    """The process's TxnAdmin for the sink's connection settings, made on the step's first
+    request to a transaction coordinator: a planner whose start asks them nothing (the log
+    exists, nothing to roll forward) neither imports kafka-python nor connects it."""
+
+    def __init__(self, options: SinkOptions):
+        self._options = options
+        self._made: TxnAdmin | None = None
+
+    def _admin(self) -> TxnAdmin:
+        if self._made is None:
+            from kafka_txn_sink.kafka.txn_admin import shared_txn_admin
+
+            options = self._options
+            self._made = shared_txn_admin(
+                options.bootstrap_servers, options.kafka, options.commit_timeout_ms
+            )
+        return self._made
+
+    def end_transactions(
+        self, triples: Iterable[Triple], commit: bool, deadline_s: float
+    ) -> list[EndTxnResult]:
+        """See TransactionAdmin."""
+        return self._admin().end_transactions(triples, commit, deadline_s)
+
+    def describe(self, txn_ids: Iterable[str]) -> dict[str, TxnState]:
+        """See TransactionAdmin."""
+        return self._admin().describe(txn_ids)
+
+    def list_ids(self, states: Iterable[str] = ()) -> list[str]:
+        """See TransactionAdmin."""
+        return self._admin().list_ids(states)
+
+    def discard(self) -> None:
+        """Close the client if this step made or took one: the next step starts afresh."""
+        if self._made is not None:
+            from kafka_txn_sink.kafka.txn_admin import discard_txn_admin
+
+            discard_txn_admin(self._made)
+            self._made = None
 
 
 @dataclass(frozen=True)
@@ -29,7 +75,7 @@ class DriverSession:
 
     options: SinkOptions
     commit_log: CommitLog
-    txn_admin: TxnAdmin
+    txn_admin: CoordinatorClient
     cluster: Cluster
     settler: Settler
 
@@ -43,12 +89,9 @@ def driver_session(options: SinkOptions) -> Iterator[DriverSession]:
         CommitLogError: the commit log cannot be opened.
     """
     cluster = shared_cluster_of(options)
-    txn_admin: TxnAdmin | None = None
+    txn_admin = CoordinatorClient(options)
     try:
         commit_log = driver_commit_log(options)
-        txn_admin = shared_txn_admin(
-            options.bootstrap_servers, options.kafka, options.commit_timeout_ms
-        )
         settler = Settler(
             options.sink_id,
             commit_log,
@@ -60,8 +103,7 @@ def driver_session(options: SinkOptions) -> Iterator[DriverSession]:
         yield DriverSession(options, commit_log, txn_admin, cluster, settler)
     except BaseException:
         discard_cluster(cluster)
-        if txn_admin is not None:
-            discard_txn_admin(txn_admin)
+        txn_admin.discard()
         _forget_commit_log(options)
         raise
 
