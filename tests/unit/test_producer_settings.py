@@ -1,10 +1,12 @@
-"""The producer settings every task uses, and librdkafka's verdict on the user's kafka.* ones."""
+"""The producer settings every task uses, the driver's other clients' settings, and librdkafka's
+verdict on the user's kafka.* ones."""
 
 from __future__ import annotations
 
 import pytest
 
 from kafka_txn_sink.errors import ConfigError
+from kafka_txn_sink.kafka.cluster import client_config
 from kafka_txn_sink.kafka.producer_settings import producer_config
 from kafka_txn_sink.options import parse_options
 from kafka_txn_sink.protocol.start import check_producer_settings
@@ -24,6 +26,15 @@ def test_protocol_settings_are_explicit_and_win_over_the_users() -> None:
     assert config["partitioner"] == "murmur2_random"
     assert config["linger.ms"] == "5"
     assert int(config["message.timeout.ms"]) <= 60_000
+
+
+def test_every_client_connects_to_all_brokers_at_once_unless_the_user_says_otherwise() -> None:
+    # Sparse connections cost a new client 50 ms on its first request (cluster.client_config).
+    assert producer_config("b:1", {}, "s-0", 60_000)["enable.sparse.connections"] is False
+    assert client_config("b:1", {}, 15_000)["enable.sparse.connections"] is False
+    mine = {"enable.sparse.connections": "true", "linger.ms": "5"}
+    assert client_config("b:1", mine, 15_000)["enable.sparse.connections"] == "true"
+    assert "linger.ms" not in client_config("b:1", mine, 15_000)  # a producer's only
 
 
 @pytest.mark.parametrize("setting", ["kafka.lingerr.ms", "kafka.linger.ms"])
