@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/cold_workers.py --baseline a28474e            # 8 tasks, 10 rounds
     .venv/bin/python benchmarks/cold_workers.py --baseline a28474e --tasks 32 --rounds 20
     .venv/bin/python benchmarks/cold_workers.py --baseline a28474e --s3   # the log on S3 (moto)
+    .venv/bin/python benchmarks/cold_workers.py --baseline HEAD --rounds 2 --profile /tmp/cold
 
 PySpark runs a batch's planner `streamWriter()` and its `commit()` in Python workers forked
 from daemons that have imported only PySpark, and keeps a worker only while it is used within
@@ -19,7 +20,9 @@ broker, one driver identity (Spark's block manager directory), and a local JSON 
 with `--s3`, one on the test bed's S3 server (KTS_S3_ENDPOINT, else a moto server of its own on
 loopback: every log read is then an HTTP request, as on S3). `--baseline REF` is checked out
 with `git worktree` in a temporary directory; each worker imports its tree by PYTHONPATH.
-Prints the p50 of each step, of each worker and of both per tree, and their ratio.
+Prints the p50 of each step, of each worker and of both per tree, and their ratio. With
+`--profile DIR`, each worker's `streamWriter()` (planner) or `commit()` (commit worker) runs
+under cProfile and its statistics go to DIR (`python -m pstats DIR/this_tree-commit-1.prof`).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # pickled messages' path, the batch id). Prints the steps' ms, where the sink was imported from
 # and the planner's run as JSON.
 CHILD = '''
-import json, pickle, sys, time
+import json, os, pickle, sys, time
 import pyspark.worker
 import pyspark.sql.worker.python_streaming_sink_runner
 import pyspark.sql.worker.write_into_data_source
@@ -65,11 +68,24 @@ from pyspark import cloudpickle
 from pyspark.sql.types import _parse_datatype_json_string
 
 
+def profiled(step, *args):
+    """step(*args), under cProfile into COLD_WORKERS_PROFILE's path when the parent sets it."""
+    path = os.environ.get("COLD_WORKERS_PROFILE")
+    if not path:
+        return step(*args)
+    import cProfile
+    profile = cProfile.Profile()
+    try:
+        return profile.runcall(step, *args)
+    finally:
+        profile.dump_stats(path)
+
+
 def planner(source, schema):
     times = [time.perf_counter()]
     data_source = cloudpickle.loads(source)
     times.append(time.perf_counter())
-    writer = data_source.streamWriter(schema, False)
+    writer = profiled(data_source.streamWriter, schema, False)
     times.append(time.perf_counter())
     cloudpickle.dumps(writer)
     times.append(time.perf_counter())
@@ -85,12 +101,12 @@ def commit(source, schema, messages, batch_id):
     times.append(time.perf_counter())
     loaded = pickle.loads(messages)
     times.append(time.perf_counter())
-    writer.commit(loaded, batch_id)
+    profiled(writer.commit, loaded, batch_id)
     times.append(time.perf_counter())
     return times, {}
 """
 space = {"__name__": "pyspark.sql.worker.python_streaming_sink_runner", "time": time,
-         "pickle": pickle, "cloudpickle": cloudpickle}
+         "pickle": pickle, "cloudpickle": cloudpickle, "profiled": profiled}
 exec(RUNNER, space)
 source, schema = open(sys.argv[2], "rb").read(), _parse_datatype_json_string(sys.argv[3])
 if sys.argv[1] == "planner":
@@ -104,12 +120,18 @@ print(json.dumps(found))
 '''
 
 
-def cold_worker(tree: Path, work: Path, args: list[str]) -> dict[str, Any]:
-    """What a new interpreter importing `tree`'s sink printed for CHILD's `args`."""
+def cold_worker(
+    tree: Path, work: Path, args: list[str], profile: Path | None = None
+) -> dict[str, Any]:
+    """What a new interpreter importing `tree`'s sink printed for CHILD's `args`; with
+    `profile`, the cProfile statistics of its `streamWriter()` or `commit()` saved there."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    if profile is not None:
+        env["COLD_WORKERS_PROFILE"] = str(profile)
     done = subprocess.run(
         [sys.executable, "-c", CHILD, *args],
         cwd=work,  # not this repository's root, which `-c` would put before PYTHONPATH
-        env={**os.environ, "PYTHONPATH": str(tree)},
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -169,9 +191,16 @@ def sink_options(bootstrap: str, work: Path, s3: str | None) -> dict[str, str]:
 
 
 def measure(
-    bootstrap: str, work: Path, trees: dict[str, Path], tasks: int, rounds: int, s3: str | None
+    bootstrap: str,
+    work: Path,
+    trees: dict[str, Path],
+    tasks: int,
+    rounds: int,
+    s3: str | None,
+    profiles: Path | None = None,
 ) -> dict[str, list[list[float]]]:
-    """Per tree, the planner's and the commit worker's steps (ms) of each round."""
+    """Per tree, the planner's and the commit worker's steps (ms) of each round; with
+    `profiles`, each worker's cProfile statistics there (`<tree>-<worker>-<round>.prof`)."""
     options = sink_options(bootstrap, work, s3)
     (work / "source.pkl").write_bytes(cloudpickle.dumps(KafkaTxnDataSource(options)))
     source, schema = str(work / "source.pkl"), SCHEMA.json()
@@ -181,7 +210,14 @@ def measure(
         for round_ in range(rounds + 1):  # round 0 warms the broker and the page cache
             names = list(trees) if round_ % 2 == 0 else list(reversed(trees))
             for name in names:
-                planned = cold_worker(trees[name], work, ["planner", source, schema])
+
+                def profile(worker: str, tree: str = name, round_: int = round_) -> Path | None:
+                    slug = tree.replace(" ", "_")
+                    return profiles / f"{slug}-{worker}-{round_}.prof" if profiles else None
+
+                planned = cold_worker(
+                    trees[name], work, ["planner", source, schema], profile("planner")
+                )
                 run = RunRef(planned["run"], planned["slot"])
                 prepared = prepare_tasks(
                     bootstrap, options["topic"], options["sinkId"], run.slot, batch_id, tasks, pool
@@ -191,7 +227,7 @@ def measure(
                 ]
                 (work / "messages.pkl").write_bytes(pickle.dumps(messages))
                 args = ["commit", source, schema, str(work / "messages.pkl"), str(batch_id)]
-                committed = cold_worker(trees[name], work, args)
+                committed = cold_worker(trees[name], work, args, profile("commit"))
                 if round_:
                     times[name].append(planned["steps"] + committed["steps"])
                 batch_id += 1
@@ -232,7 +268,14 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--s3", action="store_true", help="the commit log on S3 (moto)")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="a directory for each worker's cProfile statistics (its steps then take longer)",
+    )
     args = parser.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     # One driver for every planner and commit worker (protocol/runs.py).
     os.environ[SPARK_DIRS_ENV] = f"/tmp/blockmgr-{uuid.uuid4()}"
     with (
@@ -242,7 +285,7 @@ def main() -> int:
         s3_endpoint(Path(tmp), args.s3) as s3,
     ):
         trees = {"baseline": baseline, "this tree": ROOT}
-        times = measure(bootstrap, Path(tmp), trees, args.tasks, args.rounds, s3)
+        times = measure(bootstrap, Path(tmp), trees, args.tasks, args.rounds, s3, args.profile)
     print(report(times, args.tasks, "S3 (moto)" if s3 else "local JSON"))
     return 0
 
