@@ -190,6 +190,13 @@ def sink_options(bootstrap: str, work: Path, s3: str | None) -> dict[str, str]:
     return options
 
 
+def profile_path(profiles: Path | None, tree: str, worker: str, round_: int) -> Path | None:
+    """Where a worker's cProfile statistics go (`<tree>-<worker>-<round>.prof`), if anywhere."""
+    if profiles is None:
+        return None
+    return profiles / f"{tree.replace(' ', '_')}-{worker}-{round_}.prof"
+
+
 def measure(
     bootstrap: str,
     work: Path,
@@ -210,13 +217,11 @@ def measure(
         for round_ in range(rounds + 1):  # round 0 warms the broker and the page cache
             names = list(trees) if round_ % 2 == 0 else list(reversed(trees))
             for name in names:
-
-                def profile(worker: str, tree: str = name, round_: int = round_) -> Path | None:
-                    slug = tree.replace(" ", "_")
-                    return profiles / f"{slug}-{worker}-{round_}.prof" if profiles else None
-
                 planned = cold_worker(
-                    trees[name], work, ["planner", source, schema], profile("planner")
+                    trees[name],
+                    work,
+                    ["planner", source, schema],
+                    profile_path(profiles, name, "planner", round_),
                 )
                 run = RunRef(planned["run"], planned["slot"])
                 prepared = prepare_tasks(
@@ -227,7 +232,8 @@ def measure(
                 ]
                 (work / "messages.pkl").write_bytes(pickle.dumps(messages))
                 args = ["commit", source, schema, str(work / "messages.pkl"), str(batch_id)]
-                committed = cold_worker(trees[name], work, args, profile("commit"))
+                profile = profile_path(profiles, name, "commit", round_)
+                committed = cold_worker(trees[name], work, args, profile)
                 if round_:
                     times[name].append(planned["steps"] + committed["steps"])
                 batch_id += 1
