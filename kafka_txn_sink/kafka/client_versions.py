@@ -10,10 +10,12 @@ same ranges; `ci/test_clients.sh oldest|newest` runs the tests at both ends (doc
 
 from __future__ import annotations
 
+import importlib.util
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from importlib import metadata
+from pathlib import Path
 
 from kafka_txn_sink.errors import ConfigError
 
@@ -62,13 +64,57 @@ def check(supported: Supported) -> None:
     Raises:
         ConfigError: names the package, the version found and the versions supported.
     """
-    try:
-        found = metadata.version(supported.distribution)
-    except metadata.PackageNotFoundError:
-        return  # not installed as a distribution (a platform's copy): its import decides
+    found = installed_version(supported.distribution)
+    if found is None:
+        return  # not installed: its import decides
     message = refusal(supported, found)
     if message is not None:
         raise ConfigError(message)
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of `distribution`, or None when it is not installed as one.
+
+    The two Kafka clients' versions are read from their own modules: a batch's planner and
+    commit worker are often new processes, and importlib.metadata (with the email parser it
+    loads, and its scan of sys.path) costs them about 15 ms each; importing kafka-python for its
+    `__version__`, about 130 ms.
+    """
+    reader = _READERS.get(distribution)
+    found = reader() if reader is not None else None
+    if found is not None:
+        return found
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _confluent_kafka() -> str | None:
+    import confluent_kafka  # the driver's own client: imported by the start anyway
+
+    return str(confluent_kafka.__version__)
+
+
+def _kafka_python() -> str | None:
+    """kafka-python's `kafka/version.py`, read without importing the package."""
+    spec = importlib.util.find_spec("kafka")
+    if spec is None or spec.origin is None:
+        return None
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+_READERS: dict[str, Callable[[], str | None]] = {
+    "confluent-kafka": _confluent_kafka,
+    "kafka-python": _kafka_python,
+}
 
 
 @cache

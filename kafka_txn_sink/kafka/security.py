@@ -344,12 +344,10 @@ def _check_msk_iam(lowered: Mapping[str, str], mechanism: str, prefix: str) -> N
             f"{msk_iam.MECHANISM}: the sink signs MSK IAM tokens itself"
         )
     require(f"option {prefix}sasl.mechanism={msk_iam.MECHANISM}", "msk-iam")
-    from importlib import metadata
+    from kafka_txn_sink.kafka.client_versions import installed_version, release
 
-    from kafka_txn_sink.kafka.client_versions import release
-
-    installed = metadata.version("confluent-kafka")
-    if release(installed) < MSK_IAM_CONFLUENT_KAFKA:
+    installed = installed_version("confluent-kafka")
+    if installed is not None and release(installed) < MSK_IAM_CONFLUENT_KAFKA:
         # Before 2.13 librdkafka asks for a token only while the client is polled: an admin
         # client or a producer waiting in init_transactions would never log in.
         raise ConfigError(

@@ -7,6 +7,8 @@ A missing module is simulated by making `importlib.util.find_spec` find nothing 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -144,10 +146,10 @@ def test_the_cli_verify_command_names_its_extra(
 def test_a_kafka_client_outside_the_tested_range_is_refused_by_name(
     monkeypatch: pytest.MonkeyPatch, distribution: str, found: str, refused: bool
 ) -> None:
-    real = client_versions.metadata.version
+    real = client_versions.installed_version
     monkeypatch.setattr(
-        client_versions.metadata,
-        "version",
+        client_versions,
+        "installed_version",
         lambda name: found if name == distribution else real(name),
     )
     client_versions.check_clients.cache_clear()
@@ -168,7 +170,7 @@ def test_a_kafka_client_outside_the_tested_range_is_refused_by_name(
 def test_the_cli_refuses_an_untested_client_before_running(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(client_versions.metadata, "version", lambda name: "1.0.0")
+    monkeypatch.setattr(client_versions, "installed_version", lambda name: "1.0.0")
     client_versions.check_clients.cache_clear()
 
     code = main(["log", "list", "--log", "/nonexistent"])
@@ -187,3 +189,25 @@ def test_the_ranges_of_pyproject_are_the_checked_ones() -> None:
 
     for supported in [*client_versions.CLIENTS, client_versions.POLARS_AVRO]:
         assert supported.requirement in declared
+
+
+def test_the_version_check_loads_neither_kafka_python_nor_package_metadata() -> None:
+    """A batch's planner and commit worker are often new Python processes, and both check the
+    options at their start: importing kafka-python (about 130 ms) or importlib.metadata with
+    its email parser (about 10 ms, and 5 ms to scan sys.path) would be paid before each such
+    batch (docs/performance.md)."""
+    code = (
+        "import sys, pyspark.worker; "
+        "from kafka_txn_sink.option_extras import checked_options; "
+        f"checked_options({{**{BASE!r}, 'topic': 'out'}}); "
+        "print([m for m in ('kafka', 'importlib.metadata') if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("distribution", ["confluent-kafka", "kafka-python"])
+def test_the_version_read_is_the_installed_distributions(distribution: str) -> None:
+    from importlib import metadata
+
+    assert client_versions.installed_version(distribution) == metadata.version(distribution)

@@ -494,11 +494,13 @@ def test_an_expires_in_absent_or_numeric_sets_the_tokens_lifetime(
 def test_msk_iam_below_confluent_kafka_2_13_is_refused_by_name(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from importlib import metadata
+    from kafka_txn_sink.kafka import client_versions
 
-    installed = metadata.version
+    real = client_versions.installed_version
     monkeypatch.setattr(
-        metadata, "version", lambda name: "2.12.1" if name == "confluent-kafka" else installed(name)
+        client_versions,
+        "installed_version",
+        lambda name: "2.12.1" if name == "confluent-kafka" else real(name),
     )
 
     with pytest.raises(ConfigError, match=r"needs confluent-kafka>=2\.13 \(installed: 2\.12\.1\)"):
