@@ -19,7 +19,8 @@ source, `streamWriter()`, unpickle the messages, `commit()`. The trees share one
 broker, one driver identity (Spark's block manager directory), and a local JSON commit log or,
 with `--s3`, one on the test bed's S3 server (KTS_S3_ENDPOINT, else a moto server of its own on
 loopback: every log read is then an HTTP request, as on S3). `--baseline REF` is checked out
-with `git worktree` in a temporary directory; each worker imports its tree by PYTHONPATH.
+with `git worktree` in a temporary directory; each worker imports its tree by PYTHONPATH, both
+trees byte-compiled first, as pip compiles a wheel it installs.
 Prints the p50 of each step, of each worker and of both per tree, and their ratio. With
 `--profile DIR`, each worker's `streamWriter()` (planner) or `commit()` (commit worker) runs
 under cProfile and its statistics go to DIR (`python -m pstats DIR/this_tree-commit-1.prof`).
@@ -28,6 +29,7 @@ under cProfile and its statistics go to DIR (`python -m pstats DIR/this_tree-com
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import pickle
@@ -173,6 +175,14 @@ def worktree(ref: str) -> Iterator[Path]:
                            check=False, capture_output=True)  # fmt: skip
 
 
+def byte_compiled(tree: Path) -> None:
+    """The tree's package compiled to bytecode, as pip compiles a wheel it installs: a user's
+    workers read `.pyc` files, where an uncompiled tree (or PYTHONDONTWRITEBYTECODE) would make
+    every new worker compile the sink's sources again."""
+    if not compileall.compile_dir(tree / "kafka_txn_sink", quiet=1):
+        raise SystemExit(f"could not byte-compile {tree / 'kafka_txn_sink'}")
+
+
 def sink_options(bootstrap: str, work: Path, s3: str | None) -> dict[str, str]:
     """A new sink on a new topic; its log on S3 at endpoint `s3`, or local."""
     topic = f"cold_workers_{uuid.uuid4().hex[:8]}"
@@ -291,6 +301,8 @@ def main() -> int:
         s3_endpoint(Path(tmp), args.s3) as s3,
     ):
         trees = {"baseline": baseline, "this tree": ROOT}
+        for tree in trees.values():
+            byte_compiled(tree)
         times = measure(bootstrap, Path(tmp), trees, args.tasks, args.rounds, s3, args.profile)
     print(report(times, args.tasks, "S3 (moto)" if s3 else "local JSON"))
     return 0
