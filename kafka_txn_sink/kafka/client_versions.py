@@ -73,7 +73,7 @@ def check(supported: Supported) -> None:
 
 
 def installed_version(distribution: str) -> str | None:
-    """The installed version of `distribution`, or None when it is not installed as one.
+    """The installed version of `distribution`, or None when it is not installed.
 
     The two Kafka clients' versions are read from their own modules: a batch's planner and
     commit worker are often new processes, and importlib.metadata (with the email parser it
@@ -93,8 +93,10 @@ def installed_version(distribution: str) -> str | None:
 
 
 def _confluent_kafka() -> str | None:
-    import confluent_kafka  # the driver's own client: imported by the start anyway
-
+    try:
+        import confluent_kafka  # the driver's own client: imported by the start anyway
+    except ImportError:
+        return None
     return str(confluent_kafka.__version__)
 
 

@@ -211,3 +211,18 @@ def test_the_version_read_is_the_installed_distributions(distribution: str) -> N
     from importlib import metadata
 
     assert client_versions.installed_version(distribution) == metadata.version(distribution)
+
+
+def test_kafka_pythons_version_is_read_from_the_package_that_would_be_imported(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "kafka").mkdir()
+    (tmp_path / "kafka" / "__init__.py").write_text("raise ImportError('never imported')\n")
+    (tmp_path / "kafka" / "version.py").write_text("__version__ = '2.0.2'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kafka", raising=False)  # another test's import
+    client_versions.check_clients.cache_clear()
+
+    assert client_versions.installed_version("kafka-python") == "2.0.2"
+    with pytest.raises(ConfigError, match=r"^kafka-python 2\.0\.2 is installed, but the sink"):
+        client_versions.check_clients()
