@@ -146,11 +146,12 @@ class Cluster:
         self, topic: str, partitions: int, replication_factor: int, config: Mapping[str, str]
     ) -> int | None:
         """Create `topic` (-1: the brokers' default); the partition count of the topic that
-        already exists instead, None once created.
+        already exists instead, None once created and listed by the brokers.
 
         Raises:
             PermissionDeniedError: the sink may not create it (Create on the topic).
-            KafkaUnavailableError: the brokers refused it otherwise, or did not answer.
+            KafkaUnavailableError: the brokers refused it otherwise, did not answer, or did not
+                list the topic within the client timeout.
         """
         wanted = NewTopic(
             topic,
@@ -164,7 +165,7 @@ class Cluster:
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                return self.topic_partitions(topic)
+                return self._await_listed(topic)
             step = f"creating topic {topic} (option createTopics)"
             denial = refused(
                 error.code(), error.str(), self._kafka, step, topic_permission("Create", topic)
@@ -177,7 +178,29 @@ class Cluster:
             raise denial or KafkaUnavailableError(f"{step} failed: {error.str()}") from exc
         except TimeoutError as exc:
             raise KafkaUnavailableError(f"creating topic {topic}: no answer in time") from exc
+        self._await_listed(topic)
         return None
+
+    def _await_listed(self, topic: str) -> int:
+        """The partition count of a topic just created, once the brokers list it.
+
+        CreateTopics answers when the controller has the topic; the broker that answers the next
+        metadata request may not know it yet (UNKNOWN_TOPIC_OR_PART for a few milliseconds).
+
+        Raises:
+            KafkaUnavailableError: the brokers did not list it within the client timeout.
+        """
+        deadline = time.monotonic() + self._timeout_s
+        pause = 0.01
+        while (partitions := self.topic_partitions(topic)) is None:
+            if time.monotonic() + pause > deadline:
+                raise KafkaUnavailableError(
+                    f"topic {topic} was created (option createTopics), but the brokers did not "
+                    f"list it within {self._timeout_ms} ms"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        return partitions
 
     def max_message_bytes(self, topic: str) -> int:
         """The topic's max.message.bytes (DescribeConfigs on the topic).
