@@ -57,7 +57,15 @@ from pathlib import Path
 from typing import Any
 
 import commit_overhead
-from bench_report import Costs, Rates, cpu_table, memory_table, rate_table, ratio_chart, ratio_table
+from bench_report import (
+    Costs,
+    Rates,
+    cpu_table,
+    memory_table,
+    rate_table,
+    ratio_table,
+    throughput_chart,
+)
 from bench_rows import LOG12_DDL, PARTITION_BY, VARIANTS, Data, make_data, produce_all
 
 from kafka_txn_sink import testing
@@ -411,7 +419,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--memory-rows", type=int, default=25_000, help="0: skip memory")
     parser.add_argument("--commit-tasks", default="8,32,128", help="'': skip commit overhead")
     parser.add_argument("--avro-codec", default="null", choices=sorted(AVRO_CODECS))
-    parser.add_argument("--chart", default="", help="an SVG file for the ratios")
+    parser.add_argument("--chart", default="", help="an SVG file: rows/s and ratios")
     parser.add_argument(
         "--shared-producer", action="store_true", help=f"every Kafka writer: {SHARED_PRODUCER}"
     )
@@ -498,7 +506,8 @@ def run(
         print("\n".join(cpu_table(costs, [line.tag for line in lines], [c.key for c in cells])))
     if options.chart:
         tags, keys = [line.tag for line in lines], [cell.key for cell in cells]
-        ratio_chart(rates, tags, keys, options.chart)
+        labels = {k: WRITERS[k].label for k in writers}
+        throughput_chart(rates, tags, keys, labels, options.chart)
     for tag, peaks in memories.items():
         print("\n".join(memory_table(tag, peaks)))
     if commits:
