@@ -17,7 +17,8 @@ from kafka_txn_sink.option import Option, truthy
 CREATE_TOPICS = Option(
     "createTopics",
     "`true`: the driver creates option `topic` (and `referencesTopic`) at the start when missing "
-    "(needs Create on the topic); an existing topic is left as it is",
+    "(needs Create on the topic) and waits until the brokers list it; an existing topic is left "
+    "as it is",
     "`false`",
 )
 CREATE_PARTITIONS = Option(
