@@ -182,7 +182,8 @@ class Cluster:
         return None
 
     def _await_listed(self, topic: str) -> int:
-        """The partition count of a topic just created, once the brokers list it.
+        """The partition count of a topic CreateTopics just created or found, once the brokers
+        list it.
 
         CreateTopics answers when the controller has the topic; the broker that answers the next
         metadata request may not know it yet (UNKNOWN_TOPIC_OR_PART for a few milliseconds).
@@ -195,8 +196,8 @@ class Cluster:
         while (partitions := self.topic_partitions(topic)) is None:
             if time.monotonic() + pause > deadline:
                 raise KafkaUnavailableError(
-                    f"topic {topic} was created (option createTopics), but the brokers did not "
-                    f"list it within {self._timeout_ms} ms"
+                    f"topic {topic} exists by CreateTopics (option createTopics), but the "
+                    f"brokers did not list it within {self._timeout_ms} ms"
                 )
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
